@@ -1,0 +1,161 @@
+"""The ``gateway`` command.
+
+    gateway run   [-c conf/limits.yaml] [--listen ADDR]... [--upstream NAME=ADDR[,ADDR]]... [--workers N]
+    gateway check [-c conf/limits.yaml]          like nginx -t: every error with file:line: key: reason
+    gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
+    gateway --version
+
+Exit codes: 0 success, 1 configuration or runtime error. A bad configuration
+never prints a Python traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from gateway import __version__, errorlog
+from gateway.background import spawn
+from gateway.config import load_config
+from gateway.errors import ConfigErrors
+from gateway.overrides import Overrides
+
+DEFAULT_CONFIG = "conf/limits.yaml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description="A rate-limiting reverse proxy gateway.")
+    parser.add_argument("--version", action="version", version=f"gateway {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the gateway")
+    run.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+    run.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="listen on ADDR instead of the file's listen (repeatable)",
+    )
+    run.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="NAME=ADDR[,ADDR]",
+        help="replace the servers of upstream NAME (repeatable)",
+    )
+    run.add_argument("--workers", default=None, help="number of worker processes, or auto")
+    run.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+
+    check = sub.add_parser("check", help="validate the configuration, like nginx -t")
+    check.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+
+    demo = sub.add_parser("demo-upstream", help="run a small echo upstream to try the gateway with")
+    demo.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="address to listen on (default: 127.0.0.1:9000 and 127.0.0.1:9001)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "check":
+            return _check(args)
+        if args.command == "demo-upstream":
+            return _demo(args)
+    except ConfigErrors as exc:
+        for err in exc.errors:
+            print(f"gateway: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    _parser().print_help()
+    return 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    for warning in config.spec.warnings:
+        print(f"gateway: warning: {warning}", file=sys.stderr)
+    print("ok")
+    return 0
+
+
+def _event_loop_run(coro: Coroutine[Any, Any, int]) -> int:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; asyncio still works
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def _run(args: argparse.Namespace) -> int:
+    overrides = Overrides.parse(args.listen, args.upstream, args.workers)
+    config = load_config(args.config, overrides)
+    spec = config.spec
+    errorlog.configure(spec.log.error, spec.log.level)
+    for warning in spec.warnings:
+        errorlog.log.warning("%s", warning)
+    workers = spec.workers or (os.cpu_count() or 1)
+    if args.worker or workers == 1:
+        return _event_loop_run(_serve(args.config, config, overrides, in_worker=args.worker))
+    from gateway.supervisor import Supervisor
+
+    passthrough: list[str] = []
+    for item in args.listen:
+        passthrough += ["--listen", item]
+    for item in args.upstream:
+        passthrough += ["--upstream", item]
+    return _event_loop_run(Supervisor(args.config, config, passthrough, workers, overrides).run())
+
+
+async def _serve(config_path: str, config: Any, overrides: Overrides, *, in_worker: bool) -> int:
+    from gateway.server import GatewayServer
+
+    server = GatewayServer(config_path, config, reuse_port=in_worker, overrides=overrides)
+    try:
+        await server.start()
+    except OSError as exc:
+        errorlog.log.critical("could not start listening: %s", exc)
+        await server.stop()
+        return 1
+    server.install_signal_handlers()
+    if in_worker:
+        spawn(_exit_with_parent(server))
+    await server.stopped.wait()
+    return 0
+
+
+async def _exit_with_parent(server: Any) -> None:
+    parent = os.getppid()
+    while not server.stopped.is_set():
+        await asyncio.sleep(1.0)
+        if os.getppid() != parent:
+            errorlog.log.warning("master process is gone; stopping")
+            server.request_stop()
+            return
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from gateway.config.reader import host_port
+    from gateway.demo import serve
+
+    addresses = [host_port()(a) for a in (args.listen or ["127.0.0.1:9000", "127.0.0.1:9001"])]
+    return _event_loop_run(_demo_serve(serve, addresses))
+
+
+async def _demo_serve(serve: Any, addresses: list[tuple[str, int]]) -> int:
+    await serve(addresses)
+    return 0

@@ -1,0 +1,26 @@
+"""Configuration: YAML text -> Specs (validated, with locations) -> compiled plan."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.config.schema import ConfigSpec, parse_config
+from gateway.config.source import parse_yaml, read_document
+from gateway.plan import CompiledConfig, compile_config
+
+if TYPE_CHECKING:
+    from gateway.overrides import Overrides
+
+__all__ = ["CompiledConfig", "ConfigSpec", "load_config", "load_config_text"]
+
+
+def load_config(path: str, overrides: Overrides | None = None) -> CompiledConfig:
+    """Read, validate and compile a configuration file; raises ``ConfigErrors``."""
+    spec = parse_config(read_document(path))
+    if overrides is not None:
+        spec = overrides.apply(spec)
+    return compile_config(spec)
+
+
+def load_config_text(text: str, file: str = "<text>") -> CompiledConfig:
+    return compile_config(parse_config(parse_yaml(text, file)))

@@ -1,0 +1,757 @@
+"""The configuration file's shape: frozen ``*Spec`` objects and the parser that builds them.
+
+Every problem is reported with its file, line and key path; the parser keeps
+going after an error so that one ``gateway check`` shows them all.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from gateway.config.reader import (
+    Reader,
+    as_bool,
+    as_str,
+    duration_ms,
+    host_port,
+    int_in,
+    network,
+    one_of,
+    positive_duration_ms,
+    size,
+    status_code,
+)
+from gateway.config.source import Document
+from gateway.config.units import Rate, parse_rate
+from gateway.errors import ConfigErrors, KeyPath
+from gateway.keys import KeyTemplate, parse_key
+from gateway.realip import Network
+from gateway.routing import Location, parse_location
+
+ZoneType = Literal["req", "count", "conn"]
+OnError = Literal["local", "allow", "deny"]
+LogLevel = Literal["info", "notice", "warn", "error"]
+LOG_LEVELS = ("info", "notice", "warn", "error")
+NGINX_MIN_ZONE = 32 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSpec:
+    host: str
+    port: int
+    weight: int = 1
+    max_fails: int = 1
+    fail_timeout_ms: int = 10_000
+    backup: bool = False
+    down: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamSpec:
+    name: str
+    servers: tuple[ServerSpec, ...]
+    keepalive: int = 32
+    keepalive_timeout_ms: int = 60_000
+    connect_timeout_ms: int = 5_000
+    read_timeout_ms: int = 60_000
+    send_timeout_ms: int = 60_000
+    next_upstream_tries: int = 0
+    scheme: str = "http"
+    tls_verify: bool = True
+    host: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RealIpSpec:
+    trusted: tuple[Network, ...] = ()
+    header: str = "X-Real-IP"
+    recursive: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogSpec:
+    access: str = "stdout"  # stdout | stderr | off | a file path
+    format: str = "combined"  # combined | main | json | a template with $variables
+    error: str = "stderr"
+    level: LogLevel = "notice"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdminSpec:
+    listen: tuple[str, int] | None = ("127.0.0.1", 9180)
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ZoneSpec:
+    name: str
+    type: ZoneType
+    key: KeyTemplate
+    size: int = 10 * 1024 * 1024
+    rate: Rate | None = None  # req
+    ban_s: int = 0  # req
+    limit: int = 0  # count
+    window_ms: int = 0  # count
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitReqSpec:
+    zone: str
+    burst: int = 0
+    delay: int = 0
+    nodelay: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitCountSpec:
+    zone: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitConnSpec:
+    zone: str
+    max: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteSettings:
+    """Settings a route may set itself or inherit from ``defaults`` (None = not set here)."""
+
+    upstream: str | None = None
+    client_max_body_size: int | None = None
+    limit_req: tuple[LimitReqSpec, ...] | None = None
+    limit_count: tuple[LimitCountSpec, ...] | None = None
+    limit_conn: tuple[LimitConnSpec, ...] | None = None
+    limit_req_status: int | None = None
+    limit_conn_status: int | None = None
+    limit_count_status: int | None = None
+    limit_req_log_level: LogLevel | None = None
+    limit_conn_log_level: LogLevel | None = None
+    dry_run: bool | None = None
+    ratelimit_headers: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteSpec:
+    index: int
+    location: Location
+    settings: RouteSettings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccessSpec:
+    allow: tuple[Network, ...] = ()
+    deny: tuple[Network, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BansSpec:
+    status: int = 403
+    sync_interval_ms: int = 5_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SentinelSpec:
+    master: str
+    nodes: tuple[tuple[str, int], ...]
+    password: str | None = None
+    sentinel_password: str | None = None
+    db: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisSpec:
+    url: str | None = None
+    cluster: tuple[str, ...] = ()
+    sentinel: SentinelSpec | None = None
+    timeout_ms: int = 50
+    on_error: OnError = "local"
+    prefix: str = ""
+    pool_size: int = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreSpec:
+    redis: RedisSpec | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigSpec:
+    file: str
+    listen: tuple[tuple[str, int], ...]
+    workers: int  # 0 means "auto": one per core
+    shutdown_timeout_ms: int
+    real_ip: RealIpSpec
+    log: LogSpec
+    admin: AdminSpec
+    upstreams: Mapping[str, UpstreamSpec]
+    zones: Mapping[str, ZoneSpec]
+    defaults: RouteSettings
+    routes: tuple[RouteSpec, ...]
+    access: AccessSpec
+    bans: BansSpec
+    store: StoreSpec
+    warnings: tuple[str, ...] = field(default=())
+
+
+TOP_KEYS = (
+    "listen",
+    "workers",
+    "shutdown_timeout",
+    "real_ip",
+    "log",
+    "admin",
+    "upstreams",
+    "zones",
+    "defaults",
+    "routes",
+    "access",
+    "bans",
+    "store",
+)
+ROUTE_SETTING_KEYS = (
+    "upstream",
+    "client_max_body_size",
+    "limit_req",
+    "limit_count",
+    "limit_conn",
+    "limit_req_status",
+    "limit_conn_status",
+    "limit_count_status",
+    "limit_req_log_level",
+    "limit_conn_log_level",
+    "dry_run",
+    "ratelimit_headers",
+)
+
+
+def parse_config(doc: Document) -> ConfigSpec:
+    """Validate a whole document; raise ``ConfigErrors`` listing every problem."""
+    r = Reader(doc)
+    data = r.mapping(doc.data, (), TOP_KEYS, required=("routes",), what="a mapping at the top level")
+    if data is None:
+        raise ConfigErrors(r.errors)
+
+    listen = _listen(r, data)
+    workers = _workers(r, data)
+    shutdown_ms = r.field(data, "shutdown_timeout", (), duration_ms, 30_000)
+    upstreams = _upstreams(r, data.get("upstreams"), ("upstreams",)) if "upstreams" in data else {}
+    zones = _zones(r, data.get("zones"), ("zones",)) if "zones" in data else {}
+    defaults = (
+        _settings(r, data["defaults"], ("defaults",), zones, upstreams, allowed=ROUTE_SETTING_KEYS)
+        if "defaults" in data
+        else RouteSettings()
+    )
+    routes = _routes(r, data["routes"], zones, upstreams, defaults) if "routes" in data else ()
+    spec = ConfigSpec(
+        file=doc.file,
+        listen=listen,
+        workers=workers,
+        shutdown_timeout_ms=shutdown_ms or 0,
+        real_ip=_real_ip(r, data.get("real_ip"), ("real_ip",)) if "real_ip" in data else RealIpSpec(),
+        log=_log(r, data.get("log"), ("log",)) if "log" in data else LogSpec(),
+        admin=_admin(r, data.get("admin"), ("admin",)) if "admin" in data else AdminSpec(),
+        upstreams=MappingProxyType(upstreams),
+        zones=MappingProxyType(zones),
+        defaults=defaults,
+        routes=routes,
+        access=_access(r, data.get("access"), ("access",)) if "access" in data else AccessSpec(),
+        bans=_bans(r, data.get("bans"), ("bans",)) if "bans" in data else BansSpec(),
+        store=_store(r, data.get("store"), ("store",)) if "store" in data else StoreSpec(),
+        warnings=tuple(str(w) for w in r.warnings),
+    )
+    if r.errors:
+        raise ConfigErrors(r.errors)
+    return spec
+
+
+# -- listeners and processes -----------------------------------------------------------------
+
+
+def _listen(r: Reader, data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    if "listen" not in data:
+        return (("0.0.0.0", 8080),)
+    parse = host_port()
+    out: list[tuple[str, int]] = []
+    for i, item in enumerate(r.sequence(data["listen"], ("listen",), allow_scalar=True)):
+        path: KeyPath = ("listen", i) if isinstance(data["listen"], list) else ("listen",)
+        try:
+            addr = parse(item)
+        except ValueError as exc:
+            r.error(path, str(exc))
+            continue
+        if addr in out:
+            r.error(path, f"duplicate listen {addr[0]}:{addr[1]}")
+        out.append(addr)
+    if not out and not r.errors:
+        r.error(("listen",), "at least one listen address is required")
+    return tuple(out)
+
+
+def _workers(r: Reader, data: dict[str, Any]) -> int:
+    value = data.get("workers", 1)
+    if value == "auto":
+        return 0
+    try:
+        return int_in(1, 512, "number of workers")(value)
+    except ValueError as exc:
+        r.error(("workers",), f'{exc} (or "auto")')
+        return 1
+
+
+# -- real_ip, log, admin ---------------------------------------------------------------------
+
+
+def _networks(r: Reader, value: Any, path: KeyPath) -> tuple[Network, ...]:
+    out: list[Network] = []
+    for i, item in enumerate(r.sequence(value, path, allow_scalar=True)):
+        try:
+            out.append(network(item))
+        except ValueError as exc:
+            r.error(path + (i,) if isinstance(value, list) else path, str(exc))
+    return tuple(out)
+
+
+def _real_ip(r: Reader, value: Any, path: KeyPath) -> RealIpSpec:
+    data = r.mapping(value, path, ("from", "header", "recursive"))
+    if data is None:
+        return RealIpSpec()
+    header = r.field(data, "header", path, as_str, "X-Real-IP") or "X-Real-IP"
+    if any(c in header for c in " :\t"):
+        r.error(path + ("header",), f"invalid header name {header!r}")
+    return RealIpSpec(
+        trusted=_networks(r, data["from"], path + ("from",)) if "from" in data else (),
+        header=header,
+        recursive=bool(r.field(data, "recursive", path, as_bool, False)),
+    )
+
+
+def _log(r: Reader, value: Any, path: KeyPath) -> LogSpec:
+    data = r.mapping(value, path, ("access", "format", "error", "level"))
+    if data is None:
+        return LogSpec()
+    fmt = r.field(data, "format", path, as_str, "combined") or "combined"
+    if fmt not in ("combined", "main", "json") and "$" not in fmt:
+        r.error(
+            path + ("format",), f"unknown log format {fmt!r}: use combined, main, json or a template with $variables"
+        )
+    return LogSpec(
+        access=r.field(data, "access", path, _log_target, "stdout") or "stdout",
+        format=fmt,
+        error=r.field(data, "error", path, _log_target, "stderr") or "stderr",
+        level=r.field(data, "level", path, one_of(*LOG_LEVELS), "notice") or "notice",  # type: ignore[arg-type]
+    )
+
+
+def _log_target(value: Any) -> str:
+    if value is False:  # YAML reads a bare `off` as false
+        return "off"
+    return as_str(value)
+
+
+def _admin(r: Reader, value: Any, path: KeyPath) -> AdminSpec:
+    data = r.mapping(value, path, ("listen", "token"))
+    if data is None:
+        return AdminSpec()
+    listen: tuple[str, int] | None = ("127.0.0.1", 9180)
+    if data.get("listen") in (False, "off"):
+        listen = None
+    elif "listen" in data:
+        listen = r.field(data, "listen", path, host_port())
+    token = r.field(data, "token", path, as_str, None)
+    if token is not None and token.startswith("$"):
+        token = os.environ.get(token[1:]) or None
+        if token is None:
+            r.error(path + ("token",), f"environment variable {data['token'][1:]} is not set")
+    return AdminSpec(listen=listen, token=token)
+
+
+# -- upstreams --------------------------------------------------------------------------------
+
+UPSTREAM_KEYS = (
+    "servers",
+    "keepalive",
+    "keepalive_timeout",
+    "connect_timeout",
+    "read_timeout",
+    "send_timeout",
+    "next_upstream_tries",
+    "scheme",
+    "tls_verify",
+    "host",
+)
+SERVER_KEYS = ("address", "weight", "max_fails", "fail_timeout", "backup", "down")
+
+
+def _upstreams(r: Reader, value: Any, path: KeyPath) -> dict[str, UpstreamSpec]:
+    if not isinstance(value, dict):
+        r.error(path, "expected a mapping of upstream names to upstreams")
+        return {}
+    out: dict[str, UpstreamSpec] = {}
+    for name, body in value.items():
+        upath = path + (name,)
+        data = r.mapping(body, upath, UPSTREAM_KEYS, required=("servers",))
+        if data is None:
+            continue
+        servers = _servers(r, data.get("servers"), upath + ("servers",)) if "servers" in data else ()
+        scheme = r.field(data, "scheme", upath, one_of("http", "https"), "http") or "http"
+        out[name] = UpstreamSpec(
+            name=name,
+            servers=servers,
+            keepalive=r.field(data, "keepalive", upath, int_in(0, 65535, "keepalive"), 32) or 0,
+            keepalive_timeout_ms=r.field(data, "keepalive_timeout", upath, duration_ms, 60_000) or 0,
+            connect_timeout_ms=r.field(data, "connect_timeout", upath, positive_duration_ms, 5_000) or 5_000,
+            read_timeout_ms=r.field(data, "read_timeout", upath, positive_duration_ms, 60_000) or 60_000,
+            send_timeout_ms=r.field(data, "send_timeout", upath, positive_duration_ms, 60_000) or 60_000,
+            next_upstream_tries=r.field(data, "next_upstream_tries", upath, int_in(0, 1000, "tries"), 0) or 0,
+            scheme=scheme,
+            tls_verify=bool(r.field(data, "tls_verify", upath, as_bool, True)),
+            host=r.field(data, "host", upath, as_str, None),
+        )
+        if servers and all(s.backup or s.down for s in servers):
+            r.error(upath + ("servers",), "no usable server: every server is marked backup or down")
+    return out
+
+
+def _servers(r: Reader, value: Any, path: KeyPath) -> tuple[ServerSpec, ...]:
+    items = r.sequence(value, path)
+    if isinstance(value, list) and not items:
+        r.error(path, "an upstream needs at least one server")
+    parse_address = host_port(default_port=80)
+    out: list[ServerSpec] = []
+    for i, item in enumerate(items):
+        spath = path + (i,)
+        if isinstance(item, dict):
+            data = r.mapping(item, spath, SERVER_KEYS, required=("address",))
+            if data is None or "address" not in data:
+                continue
+            addr = r.field(data, "address", spath, parse_address)
+            if addr is None:
+                continue
+            server = ServerSpec(
+                host=addr[0],
+                port=addr[1],
+                weight=r.field(data, "weight", spath, int_in(1, 1000, "weight"), 1) or 1,
+                max_fails=r.field(data, "max_fails", spath, int_in(0, 1000, "max_fails"), 1) or 0,
+                fail_timeout_ms=r.field(data, "fail_timeout", spath, duration_ms, 10_000) or 0,
+                backup=bool(r.field(data, "backup", spath, as_bool, False)),
+                down=bool(r.field(data, "down", spath, as_bool, False)),
+            )
+        else:
+            try:
+                host, port = parse_address(item)
+            except ValueError as exc:
+                r.error(spath, str(exc))
+                continue
+            server = ServerSpec(host=host, port=port)
+        if any(s.host == server.host and s.port == server.port for s in out):
+            r.error(spath, f"duplicate server {server.address}")
+        out.append(server)
+    return tuple(out)
+
+
+# -- zones ------------------------------------------------------------------------------------
+
+ZONE_KEYS = {
+    "req": ("type", "key", "rate", "ban", "size"),
+    "count": ("type", "key", "limit", "window", "size"),
+    "conn": ("type", "key", "size"),
+}
+
+
+def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
+    if not isinstance(value, dict):
+        r.error(path, "expected a mapping of zone names to zones")
+        return {}
+    out: dict[str, ZoneSpec] = {}
+    for name, body in value.items():
+        zpath = path + (name,)
+        if not isinstance(body, dict):
+            r.error(zpath, "expected a mapping with type, key and the zone's parameters")
+            continue
+        ztype = body.get("type")
+        if ztype not in ZONE_KEYS:
+            r.error(
+                zpath + ("type",) if "type" in body else zpath,
+                f"zone type must be req, count or conn, got {ztype!r}"
+                if "type" in body
+                else "missing required key 'type' (req, count or conn)",
+            )
+            continue
+        required = {"req": ("key", "rate"), "count": ("key", "limit", "window"), "conn": ("key",)}[ztype]
+        data = r.mapping(body, zpath, ZONE_KEYS[ztype], required=required)
+        if data is None:
+            continue
+        key = r.field(data, "key", zpath, parse_key)
+        zone_size = r.field(data, "size", zpath, size, 10 * 1024 * 1024)
+        if zone_size is not None and zone_size < NGINX_MIN_ZONE:
+            r.error(zpath + ("size",), f'zone "{name}" is too small: at least 32k, like nginx')
+        rate = r.field(data, "rate", zpath, parse_rate) if ztype == "req" else None
+        ban_ms = r.field(data, "ban", zpath, duration_ms, 0) if ztype == "req" else 0
+        if ban_ms and ban_ms % 1000:
+            r.error(zpath + ("ban",), "ban is kept in whole seconds (it becomes a Redis EXPIRE)")
+        limit = r.field(data, "limit", zpath, int_in(1, 2**31 - 1, "limit")) if ztype == "count" else 0
+        window = r.field(data, "window", zpath, positive_duration_ms) if ztype == "count" else 0
+        if key is None or zone_size is None or (ztype == "req" and rate is None):
+            continue
+        if ztype == "count" and (limit is None or window is None):
+            continue
+        out[name] = ZoneSpec(
+            name=name,
+            type=ztype,
+            key=key,
+            size=zone_size,
+            rate=rate,
+            ban_s=(ban_ms or 0) // 1000,
+            limit=limit or 0,
+            window_ms=window or 0,
+        )
+    return out
+
+
+# -- routes -----------------------------------------------------------------------------------
+
+
+def _routes(
+    r: Reader,
+    value: Any,
+    zones: Mapping[str, ZoneSpec],
+    upstreams: Mapping[str, UpstreamSpec],
+    defaults: RouteSettings,
+) -> tuple[RouteSpec, ...]:
+    items = r.sequence(value, ("routes",))
+    out: list[RouteSpec] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, item in enumerate(items):
+        path: KeyPath = ("routes", i)
+        data = r.mapping(item, path, ("location",) + ROUTE_SETTING_KEYS, required=("location",))
+        if data is None or "location" not in data:
+            continue
+        location = r.field(data, "location", path, parse_location)
+        settings = _settings(r, data, path, zones, upstreams, allowed=None)
+        if location is None:
+            continue
+        ident = (location.kind if location.kind != "prefix_noregex" else "prefix", location.value)
+        if ident in seen:
+            r.error(path + ("location",), f'duplicate location "{location.value}" (first at routes[{seen[ident]}])')
+        seen[ident] = i
+        if settings.upstream is None and defaults.upstream is None:
+            r.error(path, "missing required key 'upstream' (set it here or in defaults)")
+        out.append(RouteSpec(index=i, location=location, settings=settings))
+    if isinstance(value, list) and not items:
+        r.error(("routes",), "at least one route is required")
+    return tuple(out)
+
+
+def _settings(
+    r: Reader,
+    data: Any,
+    path: KeyPath,
+    zones: Mapping[str, ZoneSpec],
+    upstreams: Mapping[str, UpstreamSpec],
+    allowed: tuple[str, ...] | None,
+) -> RouteSettings:
+    if allowed is not None:
+        data = r.mapping(data, path, allowed)
+        if data is None:
+            return RouteSettings()
+    upstream = r.field(data, "upstream", path, as_str, None)
+    if upstream is not None and upstream not in upstreams:
+        r.error(path + ("upstream",), f'unknown upstream "{upstream}"')
+    return RouteSettings(
+        upstream=upstream,
+        client_max_body_size=r.field(data, "client_max_body_size", path, size, None),
+        limit_req=_limit_req(r, data["limit_req"], path + ("limit_req",), zones) if "limit_req" in data else None,
+        limit_count=_limit_count(r, data["limit_count"], path + ("limit_count",), zones)
+        if "limit_count" in data
+        else None,
+        limit_conn=_limit_conn(r, data["limit_conn"], path + ("limit_conn",), zones) if "limit_conn" in data else None,
+        limit_req_status=r.field(data, "limit_req_status", path, status_code, None),
+        limit_conn_status=r.field(data, "limit_conn_status", path, status_code, None),
+        limit_count_status=r.field(data, "limit_count_status", path, status_code, None),
+        limit_req_log_level=r.field(data, "limit_req_log_level", path, one_of(*LOG_LEVELS), None),  # type: ignore[arg-type]
+        limit_conn_log_level=r.field(data, "limit_conn_log_level", path, one_of(*LOG_LEVELS), None),  # type: ignore[arg-type]
+        dry_run=r.field(data, "dry_run", path, as_bool, None),
+        ratelimit_headers=r.field(data, "ratelimit_headers", path, as_bool, None),
+    )
+
+
+def _zone_ref(
+    r: Reader, data: dict[str, Any], path: KeyPath, zones: Mapping[str, ZoneSpec], kind: str, seen: set[str]
+) -> str | None:
+    name = r.field(data, "zone", path, as_str)
+    if name is None:
+        return None
+    zone = zones.get(name)
+    if zone is None:
+        r.error(path + ("zone",), f'unknown zone "{name}"')
+        return None
+    if zone.type != kind:
+        r.error(path + ("zone",), f'zone "{name}" is a {zone.type} zone, not a {kind} zone')
+        return None
+    if name in seen:
+        r.error(
+            path + ("zone",), f'zone "{name}" is used twice in one list (nginx: "limit_{kind}" directive is duplicate)'
+        )
+        return None
+    seen.add(name)
+    return name
+
+
+def _limit_req(r: Reader, value: Any, path: KeyPath, zones: Mapping[str, ZoneSpec]) -> tuple[LimitReqSpec, ...]:
+    out: list[LimitReqSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(r.sequence(value, path)):
+        ipath = path + (i,)
+        data = r.mapping(item, ipath, ("zone", "burst", "delay", "nodelay"), required=("zone",))
+        if data is None:
+            continue
+        name = _zone_ref(r, data, ipath, zones, "req", seen)
+        burst = r.field(data, "burst", ipath, _positive("burst"), 0)
+        delay = r.field(data, "delay", ipath, _positive("delay"), 0)
+        nodelay = r.field(data, "nodelay", ipath, as_bool, False)
+        if nodelay and "delay" in data:
+            r.error(ipath, "use either nodelay or delay, not both")
+        if name is not None and burst is not None and delay is not None:
+            out.append(LimitReqSpec(zone=name, burst=burst, delay=delay, nodelay=bool(nodelay)))
+    return tuple(out)
+
+
+def _positive(what: str) -> Any:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f'invalid {what} value "{value}": must be an integer greater than zero (omit it for 0)')
+        return value
+
+    return parse
+
+
+def _limit_count(r: Reader, value: Any, path: KeyPath, zones: Mapping[str, ZoneSpec]) -> tuple[LimitCountSpec, ...]:
+    out: list[LimitCountSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(r.sequence(value, path)):
+        data = r.mapping(item, path + (i,), ("zone",), required=("zone",))
+        if data is None:
+            continue
+        name = _zone_ref(r, data, path + (i,), zones, "count", seen)
+        if name is not None:
+            out.append(LimitCountSpec(zone=name))
+    return tuple(out)
+
+
+def _limit_conn(r: Reader, value: Any, path: KeyPath, zones: Mapping[str, ZoneSpec]) -> tuple[LimitConnSpec, ...]:
+    out: list[LimitConnSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(r.sequence(value, path)):
+        ipath = path + (i,)
+        data = r.mapping(item, ipath, ("zone", "max"), required=("zone", "max"))
+        if data is None:
+            continue
+        name = _zone_ref(r, data, ipath, zones, "conn", seen)
+        limit = r.field(data, "max", ipath, int_in(1, 65535, "number of connections"))
+        if name is not None and limit is not None:
+            out.append(LimitConnSpec(zone=name, max=limit))
+    return tuple(out)
+
+
+# -- access, bans, store ----------------------------------------------------------------------
+
+
+def _access(r: Reader, value: Any, path: KeyPath) -> AccessSpec:
+    data = r.mapping(value, path, ("allow", "deny"))
+    if data is None:
+        return AccessSpec()
+    return AccessSpec(
+        allow=_networks(r, data["allow"], path + ("allow",)) if "allow" in data else (),
+        deny=_networks(r, data["deny"], path + ("deny",)) if "deny" in data else (),
+    )
+
+
+def _bans(r: Reader, value: Any, path: KeyPath) -> BansSpec:
+    data = r.mapping(value, path, ("status", "sync_interval"))
+    if data is None:
+        return BansSpec()
+    return BansSpec(
+        status=r.field(data, "status", path, status_code, 403) or 403,
+        sync_interval_ms=r.field(data, "sync_interval", path, positive_duration_ms, 5_000) or 5_000,
+    )
+
+
+def _store(r: Reader, value: Any, path: KeyPath) -> StoreSpec:
+    data = r.mapping(value, path, ("redis",))
+    if data is None or data.get("redis") is None:
+        return StoreSpec()
+    rpath = path + ("redis",)
+    redis = r.mapping(
+        data["redis"], rpath, ("url", "cluster", "sentinel", "timeout", "on_error", "prefix", "pool_size")
+    )
+    if redis is None:
+        return StoreSpec()
+    topologies = [k for k in ("url", "cluster", "sentinel") if k in redis]
+    if len(topologies) != 1:
+        r.error(rpath, "set exactly one of url, cluster or sentinel")
+    url = r.field(redis, "url", rpath, as_str, None)
+    if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+        r.error(rpath + ("url",), f"unsupported Redis URL {url!r}: use redis://, rediss:// or unix://")
+    cluster: tuple[str, ...] = ()
+    if "cluster" in redis:
+        seeds = r.sequence(redis["cluster"], rpath + ("cluster",), allow_scalar=True)
+        for i, seed in enumerate(seeds):
+            if not isinstance(seed, str) or not seed.startswith(("redis://", "rediss://")):
+                r.error(rpath + ("cluster", i), f"expected a redis:// seed URL, got {seed!r}")
+        cluster = tuple(str(s) for s in seeds)
+        if not seeds:
+            r.error(rpath + ("cluster",), "a cluster needs at least one seed node")
+    sentinel = _sentinel(r, redis["sentinel"], rpath + ("sentinel",)) if "sentinel" in redis else None
+    timeout = r.field(redis, "timeout", rpath, positive_duration_ms, 50) or 50
+    return StoreSpec(
+        redis=RedisSpec(
+            url=url,
+            cluster=cluster,
+            sentinel=sentinel,
+            timeout_ms=timeout,
+            on_error=r.field(redis, "on_error", rpath, one_of("local", "allow", "deny"), "local") or "local",  # type: ignore[arg-type]
+            prefix=_prefix(r, redis, rpath),
+            pool_size=r.field(redis, "pool_size", rpath, int_in(1, 10_000, "pool_size"), 64) or 64,
+        )
+    )
+
+
+def _prefix(r: Reader, data: dict[str, Any], path: KeyPath) -> str:
+    value = data.get("prefix", "")
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        r.error(path + ("prefix",), "expected a string")
+        return ""
+    return value
+
+
+def _sentinel(r: Reader, value: Any, path: KeyPath) -> SentinelSpec | None:
+    data = r.mapping(
+        value, path, ("master", "nodes", "password", "sentinel_password", "db"), required=("master", "nodes")
+    )
+    if data is None or "master" not in data or "nodes" not in data:
+        return None
+    parse = host_port(default_port=26379)
+    nodes: list[tuple[str, int]] = []
+    for i, item in enumerate(r.sequence(data["nodes"], path + ("nodes",), allow_scalar=True)):
+        try:
+            nodes.append(parse(item))
+        except ValueError as exc:
+            r.error(path + ("nodes", i), str(exc))
+    return SentinelSpec(
+        master=r.field(data, "master", path, as_str) or "",
+        nodes=tuple(nodes),
+        password=r.field(data, "password", path, as_str, None),
+        sentinel_password=r.field(data, "sentinel_password", path, as_str, None),
+        db=r.field(data, "db", path, int_in(0, 10_000, "db"), 0) or 0,
+    )

@@ -1,0 +1,82 @@
+"""What one request carries through the pipeline: its addresses, route and outcome.
+
+Key extractors and the access log read these fields; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from multidict import CIMultiDictProxy
+
+from gateway.realip import ClientAddr
+
+if TYPE_CHECKING:
+    from aiohttp.web import BaseRequest
+
+
+class RequestContext:
+    __slots__ = (
+        "body_bytes_sent",
+        "client",
+        "extra",
+        "headers",
+        "host",
+        "limit_conn_status",
+        "limit_count_status",
+        "limit_req_status",
+        "logged",
+        "method",
+        "peer",
+        "raw_query",
+        "raw_target",
+        "request",
+        "route",
+        "scheme",
+        "server_port",
+        "started",
+        "status",
+        "upstream_addr",
+        "upstream_status",
+        "upstream_time",
+        "uri",
+        "version",
+    )
+
+    def __init__(self, request: BaseRequest, started: float, peer: ClientAddr, scheme: str, server_port: int) -> None:
+        self.request = request
+        self.started = started
+        self.method: str = request.method
+        message = request._message  # the parsed request line, without re-encoding
+        self.raw_target: str = message.path
+        self.version = message.version
+        query_at = self.raw_target.find("?")
+        self.raw_query: str = self.raw_target[query_at + 1 :] if query_at >= 0 else ""
+        self.uri: str = ""
+        self.headers: CIMultiDictProxy[str] = request.headers
+        host = self.headers.get("Host", "")
+        if host.startswith("["):
+            host = host[: host.find("]") + 1]
+        else:
+            host = host.split(":", 1)[0]
+        self.host: str = host.lower()
+        self.scheme = scheme
+        self.server_port = server_port
+        self.peer = peer
+        self.client = peer
+        self.route: Any = None
+        self.status = 0
+        self.upstream_addr = ""
+        self.upstream_status = ""
+        self.upstream_time = ""
+        self.limit_req_status = ""
+        self.limit_conn_status = ""
+        self.limit_count_status = ""
+        self.body_bytes_sent = -1
+        self.logged = False
+        self.extra: dict[str, str] | None = None
+
+    @property
+    def path_only(self) -> str:
+        query_at = self.raw_target.find("?")
+        return self.raw_target[:query_at] if query_at >= 0 else self.raw_target

@@ -1,0 +1,71 @@
+"""Command-line overrides applied on top of the file (and again on every reload)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from gateway.config.reader import host_port
+from gateway.config.schema import ConfigSpec, ServerSpec, UpstreamSpec
+from gateway.errors import ConfigError, ConfigErrors
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    listen: tuple[tuple[str, int], ...] = ()
+    upstreams: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    workers: int | None = None
+
+    @staticmethod
+    def parse(listen: list[str], upstreams: list[str], workers: str | None) -> Overrides:
+        errors: list[ConfigError] = []
+        parsed_listen = []
+        for item in listen:
+            try:
+                parsed_listen.append(host_port()(item))
+            except ValueError as exc:
+                errors.append(ConfigError(str(exc), file="--listen"))
+        parsed_up = []
+        for item in upstreams:
+            name, sep, servers = item.partition("=")
+            if not sep or not name or not servers:
+                errors.append(ConfigError(f"expected NAME=host:port[,host:port], got {item!r}", file="--upstream"))
+                continue
+            addrs = []
+            for server in servers.split(","):
+                try:
+                    addrs.append(host_port(default_port=80)(server.strip()))
+                except ValueError as exc:
+                    errors.append(ConfigError(str(exc), file="--upstream"))
+            parsed_up.append((name, tuple(addrs)))
+        worker_count = None
+        if workers is not None:
+            if workers == "auto":
+                worker_count = 0
+            elif workers.isdigit() and 0 < int(workers) <= 512:
+                worker_count = int(workers)
+            else:
+                errors.append(ConfigError(f"expected a number of workers or auto, got {workers!r}", file="--workers"))
+        if errors:
+            raise ConfigErrors(errors)
+        return Overrides(listen=tuple(parsed_listen), upstreams=tuple(parsed_up), workers=worker_count)
+
+    def apply(self, spec: ConfigSpec) -> ConfigSpec:
+        changes: dict[str, object] = {}
+        if self.listen:
+            changes["listen"] = self.listen
+        if self.workers is not None:
+            changes["workers"] = self.workers
+        if self.upstreams:
+            upstreams = dict(spec.upstreams)
+            for name, addrs in self.upstreams:
+                servers = tuple(ServerSpec(host=h, port=p) for h, p in addrs)
+                current = upstreams.get(name)
+                upstreams[name] = (
+                    dataclasses.replace(current, servers=servers)
+                    if current is not None
+                    else UpstreamSpec(name=name, servers=servers)
+                )
+            changes["upstreams"] = MappingProxyType(upstreams)
+        return dataclasses.replace(spec, **changes) if changes else spec  # type: ignore[arg-type]

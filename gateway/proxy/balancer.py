@@ -1,0 +1,129 @@
+"""nginx's weighted round-robin with passive health checks, without I/O.
+
+This follows ``ngx_http_upstream_round_robin.c``:
+
+* smooth weighted round-robin: every pick adds each live peer's effective weight
+  to its current weight, takes the largest, and subtracts the total from it;
+* a failure adds to ``fails`` and lowers the effective weight by
+  ``weight / max_fails``; once ``fails >= max_fails`` the peer is skipped until
+  ``fail_timeout`` has passed since the last failure; the next pick after that
+  probes it, and one success resets ``fails``;
+* a group with a single server (and no backups) never marks it down;
+* backup servers are used only when no primary server is available.
+
+Time is an integer millisecond clock passed in by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.config.schema import ServerSpec
+
+
+@dataclass(slots=True)
+class Peer:
+    spec: ServerSpec
+    index: int
+    weight: int
+    max_fails: int
+    fail_timeout_ms: int
+    down: bool
+    effective_weight: int
+    current_weight: int = 0
+    fails: int = 0
+    accessed: int = 0
+    checked: int = 0
+
+    @property
+    def address(self) -> str:
+        return self.spec.address
+
+
+class _Group:
+    def __init__(self, peers: list[Peer]) -> None:
+        self.peers = peers
+        self.single = len(peers) == 1
+
+    def pick(self, now: int, tried: set[int]) -> Peer | None:
+        if self.single:
+            peer = self.peers[0]
+            if peer.down or peer.index in tried:
+                return None
+            return peer
+        best: Peer | None = None
+        total = 0
+        for peer in self.peers:
+            if peer.index in tried or peer.down:
+                continue
+            if peer.max_fails and peer.fails >= peer.max_fails and now - peer.checked <= peer.fail_timeout_ms:
+                continue
+            peer.current_weight += peer.effective_weight
+            total += peer.effective_weight
+            if peer.effective_weight < peer.weight:
+                peer.effective_weight += 1
+            if best is None or peer.current_weight > best.current_weight:
+                best = peer
+        if best is None:
+            return None
+        best.current_weight -= total
+        if now - best.checked > best.fail_timeout_ms:
+            best.checked = now
+        return best
+
+
+class Balancer:
+    """Chooses servers of one upstream and keeps their health, per worker process."""
+
+    def __init__(self, servers: Sequence[ServerSpec], clock_ms: Callable[[], int]) -> None:
+        self._clock_ms = clock_ms
+        peers = [
+            Peer(
+                spec=s,
+                index=i,
+                weight=s.weight,
+                max_fails=s.max_fails,
+                fail_timeout_ms=s.fail_timeout_ms,
+                down=s.down,
+                effective_weight=s.weight,
+            )
+            for i, s in enumerate(servers)
+        ]
+        primary = [p for p in peers if not p.spec.backup]
+        backup = [p for p in peers if p.spec.backup]
+        self.primary = _Group(primary)
+        self.backup = _Group(backup) if backup else None
+        if self.backup is not None:
+            self.primary.single = False
+            self.backup.single = False
+        self.peers = tuple(peers)
+
+    def pick(self, tried: set[int]) -> Peer | None:
+        """The next server to try, skipping those in ``tried``; None when none is available."""
+        now = self._clock_ms()
+        peer = self.primary.pick(now, tried)
+        if peer is None and self.backup is not None:
+            peer = self.backup.pick(now, tried)
+        return peer
+
+    def report(self, peer: Peer, failed: bool) -> bool:
+        """Record how an attempt ended; returns True when this failure disabled the peer."""
+        now = self._clock_ms()
+        if failed:
+            if (self.primary.single and peer in self.primary.peers) or not peer.max_fails:
+                return False
+            peer.fails += 1
+            peer.accessed = now
+            peer.checked = now
+            peer.effective_weight -= peer.weight // peer.max_fails
+            if peer.effective_weight < 0:
+                peer.effective_weight = 0
+            return peer.fails == peer.max_fails
+        if peer.accessed < peer.checked:
+            peer.fails = 0
+        return False
+
+    @property
+    def live_count(self) -> int:
+        return len(self.peers)

@@ -1,0 +1,175 @@
+"""One serving process: listeners, the pipeline, reload and graceful shutdown.
+
+Lifecycle:
+
+* start: compile the config, open upstream pools, bind every ``listen`` address
+  (with SO_REUSEPORT when several workers share a port);
+* SIGHUP (or ``reload()``): load the file again; on any error, log every problem
+  and keep serving the old configuration; on success swap the plan in one
+  assignment, keeping unchanged upstream pools (and their idle connections);
+* SIGTERM / SIGINT: stop accepting, close idle keep-alive connections, let
+  in-flight requests finish up to ``shutdown_timeout``, then cancel the rest;
+* SIGUSR1: reopen log files, like ``nginx -s reopen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+
+from aiohttp import web
+
+from gateway import errorlog
+from gateway.accesslog import AccessLog, LogSink, aiohttp_logger_class
+from gateway.background import spawn
+from gateway.config import load_config
+from gateway.errors import ConfigErrors
+from gateway.overrides import Overrides
+from gateway.pipeline import Pipeline
+from gateway.plan import CompiledConfig
+from gateway.proxy.upstream import Upstreams
+
+log = errorlog.log
+
+
+class GatewayServer:
+    def __init__(
+        self, config_path: str, config: CompiledConfig, *, reuse_port: bool = False, overrides: Overrides | None = None
+    ) -> None:
+        self.config_path = config_path
+        self.overrides = overrides
+        self.config = config
+        self.reuse_port = reuse_port
+        self.upstreams = Upstreams()
+        self.sink = LogSink(config.spec.log.access)
+        self.access_log = AccessLog(config.spec.log.format, self.sink)
+        self.pipeline = Pipeline(config, self.upstreams, self.access_log)
+        self.runner: web.ServerRunner | None = None
+        self.stopped = asyncio.Event()
+        self._stopping = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.upstreams.update(dict(self.config.spec.upstreams))
+        server = web.Server(
+            self.pipeline.handle,
+            handler_cancellation=True,
+            access_log_class=aiohttp_logger_class(lambda: self.access_log),
+            access_log=logging.getLogger("gateway.access"),
+            keepalive_timeout=75.0,
+            auto_decompress=False,
+            max_line_size=8190,
+            max_field_size=8190,
+            lingering_time=5.0,
+        )
+        self.runner = web.ServerRunner(server, shutdown_timeout=self.config.spec.shutdown_timeout_ms / 1000)
+        await self.runner.setup()
+        for host, port in self.config.spec.listen:
+            site = web.SockSite(
+                self.runner,
+                _bind(host, port, self.reuse_port),
+                backlog=511,
+                shutdown_timeout=self.config.spec.shutdown_timeout_ms / 1000,
+            )
+            await site.start()
+        for host, port in self.bound_addresses:
+            log.log(errorlog.NOTICE, "listening on %s:%s", host, port)
+
+    @property
+    def bound_addresses(self) -> list[tuple[str, int]]:
+        if self.runner is None:
+            return []
+        return [(a[0], a[1]) for a in self.runner.addresses]
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        loop.add_signal_handler(signal.SIGINT, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, lambda: spawn(self.reload()))
+        loop.add_signal_handler(signal.SIGUSR1, self.reopen_logs)
+
+    def request_stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        log.log(
+            errorlog.NOTICE,
+            "shutting down gracefully (up to %ss for requests in flight)",
+            self.config.spec.shutdown_timeout_ms / 1000,
+        )
+        spawn(self.stop())
+
+    async def stop(self) -> None:
+        try:
+            if self.runner is not None:
+                await self.runner.cleanup()
+            await self.upstreams.close()
+        finally:
+            self.sink.close()
+            self.stopped.set()
+
+    # -- reload ------------------------------------------------------------------------------
+    async def reload(self) -> list[str]:
+        """Load the config file again; returns the errors (empty on success)."""
+        try:
+            fresh = load_config(self.config_path, self.overrides)
+        except ConfigErrors as exc:
+            for err in exc.errors:
+                log.error("reload failed, keeping the running configuration: %s", err)
+            return [str(e) for e in exc.errors]
+        errors = self.apply(fresh)
+        if not errors:
+            log.log(errorlog.NOTICE, "configuration reloaded from %s", self.config_path)
+        return errors
+
+    def apply(self, fresh: CompiledConfig) -> list[str]:
+        old = self.config.spec
+        new = fresh.spec
+        errors: list[str] = []
+        if new.listen != old.listen or new.workers != old.workers:
+            log.warning("listen and workers changes take effect on restart, not on reload")
+        retired = self.upstreams.update(dict(new.upstreams))
+        if new.log != old.log:
+            errorlog.configure(new.log.error, new.log.level)
+            if new.log.access != old.log.access:
+                self.sink.close()
+                self.sink = LogSink(new.log.access)
+            self.access_log = AccessLog(new.log.format, self.sink)
+            self.pipeline.access_log = self.access_log
+        self.config = fresh
+        self.pipeline.config = fresh
+        if retired:
+            spawn(_close_later(retired))
+        return errors
+
+    def reopen_logs(self) -> None:
+        self.sink.reopen()
+        errorlog.configure(self.config.spec.log.error, self.config.spec.log.level)
+
+
+async def _close_later(pools: list) -> None:  # type: ignore[type-arg]
+    # Requests in flight on a retired pool keep it until they finish.
+    await asyncio.sleep(60)
+    for pool in pools:
+        await pool.close()
+
+
+def _bind(host: str, port: int, reuse_port: bool) -> socket.socket:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(addr)
+        sock.listen(511)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock

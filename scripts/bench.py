@@ -1,0 +1,174 @@
+"""Throughput of the gateway against a bare aiohttp proxy, measured side by side with wrk.
+
+    .venv/bin/python scripts/bench.py [--duration 5] [--rounds 3] [--connections 64]
+
+Every target proxies to the same fast upstream (nginx `return 200` when nginx is
+installed, else an aiohttp app). Rounds alternate between targets so that noise
+on a shared machine hits them alike; the script prints each round, the median
+requests/s of each target and its ratio to the baseline. With two or more CPUs
+the proxies run on CPU 0 and wrk plus the upstream on the others (taskset).
+
+Targets:
+  baseline      scripts/baseline_proxy.py (aiohttp + uvloop, nothing else)
+  gateway       the gateway, one worker, no limits (only routing, logging off)
+  gateway+log   the same with the access log on (combined format, to /dev/null)
+  gateway+req   one limit_req zone (embedded store) that never rejects
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listening on {port}")
+
+
+def pin(cpus: str) -> list[str]:
+    return ["taskset", "-c", cpus] if shutil.which("taskset") and (os.cpu_count() or 1) > 1 else []
+
+
+def start_upstream(tmp: Path) -> tuple[subprocess.Popen, int, str]:
+    port = free_port()
+    others = f"1-{(os.cpu_count() or 2) - 1}"
+    if shutil.which("nginx"):
+        (tmp / "nginx").mkdir()
+        conf = tmp / "nginx" / "nginx.conf"
+        conf.write_text(f"""
+worker_processes 1; daemon off; pid {tmp}/nginx/nginx.pid; error_log stderr error;
+events {{ worker_connections 4096; }}
+http {{ access_log off; client_body_temp_path {tmp}/nginx; proxy_temp_path {tmp}/nginx;
+  fastcgi_temp_path {tmp}/nginx; uwsgi_temp_path {tmp}/nginx; scgi_temp_path {tmp}/nginx;
+  keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "ok\\n"; }} }} }}
+""")
+        proc = subprocess.Popen(pin(others) + ["nginx", "-p", str(tmp / "nginx"), "-c", str(conf), "-e", "stderr"])
+        kind = "nginx return 200"
+    else:
+        code = (
+            "import sys,uvloop;from aiohttp import web;app=web.Application();"
+            "app.router.add_get('/{t:.*}',lambda r: web.Response(text='ok\\n'));"
+            "web.run_app(app,port=int(sys.argv[1]),access_log=None,print=None,loop=uvloop.new_event_loop())"
+        )
+        proc = subprocess.Popen(pin(others) + [PY, "-c", code, str(port)])
+        kind = "aiohttp hello"
+    wait_port(port)
+    return proc, port, kind
+
+
+def gateway_config(port: int, upstream: int, *, log: bool, limit: bool) -> str:
+    text = f"""
+listen: 127.0.0.1:{port}
+workers: 1
+log: {{access: {"/dev/null" if log else "off"}, format: combined}}
+upstreams:
+  app: {{servers: [127.0.0.1:{upstream}], keepalive: 128}}
+"""
+    if limit:
+        text += "zones:\n  bench: {type: req, key: $binary_remote_addr, rate: 1000000r/s}\n"
+    text += "routes:\n  - location: /\n    upstream: app\n"
+    if limit:
+        text += "    limit_req: [{zone: bench, burst: 1000000, nodelay: true}]\n"
+    return text
+
+
+def start_target(name: str, tmp: Path, upstream: int) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    if name == "baseline":
+        cmd = [PY, str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{upstream}"]
+    else:
+        conf = tmp / f"{name}.yaml"
+        conf.write_text(gateway_config(port, upstream, log=name == "gateway+log", limit=name == "gateway+req"))
+        cmd = [PY, "-m", "gateway", "run", "-c", str(conf)]
+    proc = subprocess.Popen(pin("0") + cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+    wait_port(port)
+    return proc, port
+
+
+def wrk(port: int, duration: int, connections: int) -> float:
+    others = f"1-{(os.cpu_count() or 2) - 1}"
+    out = subprocess.run(
+        pin(others) + ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", f"http://127.0.0.1:{port}/bench"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise SystemExit(f"wrk saw {errors.group(1)} error responses from port {port}:\n{out}")
+    assert match, out
+    return float(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--targets", default="baseline,gateway,gateway+log,gateway+req")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is not installed (apt-get install wrk)")
+    targets = args.targets.split(",")
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        upstream, up_port, kind = start_upstream(tmp)
+        procs = {}
+        try:
+            for name in targets:
+                procs[name] = start_target(name, tmp, up_port)
+            for _proc, port in procs.values():
+                wrk(port, 1, args.connections)  # warm-up
+            results: dict[str, list[float]] = {name: [] for name in targets}
+            print(f"upstream: {kind}; wrk -t1 -c{args.connections} -d{args.duration}s; cpus: {os.cpu_count()}")
+            for rnd in range(args.rounds):
+                row = []
+                for name in targets:
+                    rps = wrk(procs[name][1], args.duration, args.connections)
+                    results[name].append(rps)
+                    row.append(f"{name} {rps:,.0f}")
+                print(f"round {rnd + 1}: " + " | ".join(row), flush=True)
+            base = statistics.median(results[targets[0]])
+            print(f"\n{'target':<14}{'median req/s':>14}{'ratio':>8}")
+            for name in targets:
+                med = statistics.median(results[name])
+                print(f"{name:<14}{med:>14,.0f}{med / base:>8.2f}")
+        finally:
+            for proc, _ in procs.values():
+                proc.send_signal(signal.SIGTERM)
+            for proc, _ in procs.values():
+                proc.wait(30)
+            upstream.send_signal(signal.SIGTERM)
+            upstream.wait(10)
+
+
+if __name__ == "__main__":
+    main()
