@@ -110,8 +110,9 @@ def request_suffix(ctx: RequestContext) -> str:
     ]
     if ctx.upstream_addr:
         parts.append(f'upstream: "{ctx.upstream_addr}"')
-    if ctx.host:
-        parts.append(f'host: "{ctx.host}"')
+    host = ctx.headers.get("Host")
+    if host:
+        parts.append(f'host: "{host}"')
     return ", ".join(parts)
 
 

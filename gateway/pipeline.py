@@ -15,10 +15,11 @@ import time
 
 from aiohttp import web
 
-from gateway import responses
+from gateway import errorlog, responses
 from gateway.accesslog import CTX_KEY, AccessLog
 from gateway.context import RequestContext
-from gateway.plan import CompiledConfig
+from gateway.limiting import Admission, Limiter
+from gateway.plan import CompiledConfig, RoutePlan
 from gateway.proxy.forward import forward_http
 from gateway.proxy.headers import is_websocket_upgrade, upstream_request_headers
 from gateway.proxy.upstream import Upstreams
@@ -28,10 +29,11 @@ from gateway.routing import BadURI, normalize_uri
 
 
 class Pipeline:
-    def __init__(self, config: CompiledConfig, upstreams: Upstreams, access_log: AccessLog) -> None:
+    def __init__(self, config: CompiledConfig, upstreams: Upstreams, access_log: AccessLog, limiter: Limiter) -> None:
         self.config = config
         self.upstreams = upstreams
         self.access_log = access_log
+        self.limiter = limiter
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         config = self.config  # one snapshot per request
@@ -68,8 +70,36 @@ class Pipeline:
         if route is None:
             return responses.error(404, accept, "no route for this URI")
         ctx.route = route
-        # 3. access rules and 4. limits come from the limits and cluster issues.
-        # 5. proxy
+        # 3. access rules: deny is always 403; allow is never limited
+        if config.deny and ctx.client in config.deny:
+            errorlog.request_event("error", ctx, "access forbidden by rule")
+            return responses.error(403, accept, "access forbidden")
+        exempt = bool(config.allow) and ctx.client in config.allow
+        # 4. limits: limit_req and limit_count, the delay, then limit_conn
+        admission = None
+        if route.has_limits and not exempt:
+            admission = await self.limiter.admit(route, ctx)
+            if admission.response is None and admission.delay_s:
+                await asyncio.sleep(admission.delay_s)
+            if admission.response is None and route.limit_conn:
+                await self.limiter.take_conn(admission, ctx)
+            if admission.response is not None:
+                return admission.response
+        try:
+            return await self._proxy(request, ctx, config, route, admission)
+        finally:
+            if admission is not None:
+                self.limiter.finish(admission)
+
+    async def _proxy(
+        self,
+        request: web.BaseRequest,
+        ctx: RequestContext,
+        config: CompiledConfig,
+        route: RoutePlan,
+        admission: Admission | None,
+    ) -> web.StreamResponse:
+        # 5. proxy (and 6. the log line, written when the response is done)
         pool = self.upstreams.pools[route.upstream]
         websocket = is_websocket_upgrade(request.headers)
         headers = upstream_request_headers(
@@ -83,4 +113,5 @@ class Pipeline:
         )
         if websocket:
             return await forward_websocket(request, ctx, pool, headers)
-        return await forward_http(request, ctx, pool, headers, route.client_max_body_size)
+        extra = self.limiter.headers(admission) if admission is not None else ()
+        return await forward_http(request, ctx, pool, headers, route.client_max_body_size, extra)

@@ -34,6 +34,7 @@ class ReqLimit:
     burst_m: int
     delay_m: int  # NODELAY_M for nodelay
     ban_s: int
+    ban_ms: int
     window_s: int  # 1 for r/s, 60 for r/m (for RateLimit-Policy)
     rate_count: int  # N of "Nr/s"
 
@@ -69,6 +70,7 @@ class RoutePlan:
     limit_conn_log_level: str
     dry_run: bool
     ratelimit_headers: bool
+    ratelimit_policy: str  # the RateLimit-Policy field, fixed per route
 
     @property
     def has_limits(self) -> bool:
@@ -101,6 +103,12 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
         req_specs = s.limit_req if s.limit_req is not None else (d.limit_req or ())
         count_specs = s.limit_count if s.limit_count is not None else (d.limit_count or ())
         conn_specs = s.limit_conn if s.limit_conn is not None else (d.limit_conn or ())
+        req_limits = tuple(_req(zones[r.zone], key_fns[r.zone], r.burst, r.delay, r.nodelay) for r in req_specs)
+        count_limits = tuple(
+            CountLimit(zone=c.zone, key=key_fns[c.zone], limit=zones[c.zone].limit, window_ms=zones[c.zone].window_ms)
+            for c in count_specs
+        )
+        conn_limits = tuple(ConnLimit(zone=c.zone, key=key_fns[c.zone], max=c.max) for c in conn_specs)
         routes.append(
             RoutePlan(
                 index=route.index,
@@ -122,6 +130,7 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
                 limit_conn_log_level=str(_pick(s, d, "limit_conn_log_level", "error")),
                 dry_run=bool(_pick(s, d, "dry_run", False)),
                 ratelimit_headers=bool(_pick(s, d, "ratelimit_headers", True)),
+                ratelimit_policy=_policy(req_limits, count_limits, conn_limits),
             )
         )
     return CompiledConfig(
@@ -134,6 +143,14 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
     )
 
 
+def _policy(req: tuple[ReqLimit, ...], count: tuple[CountLimit, ...], conn: tuple[ConnLimit, ...]) -> str:
+    """The RateLimit-Policy field (draft-ietf-httpapi-ratelimit-headers): one item per limit."""
+    items = [f'"{r.zone}";q={r.rate_count};w={r.window_s}' for r in req]
+    items += [f'"{c.zone}";q={c.limit};w={-(-c.window_ms // 1000)}' for c in count]
+    items += [f'"{c.zone}";q={c.max};qu="concurrent-requests"' for c in conn]
+    return ", ".join(items)
+
+
 def _req(zone: ZoneSpec, key: KeyFn, burst: int, delay: int, nodelay: bool) -> ReqLimit:
     assert zone.rate is not None
     return ReqLimit(
@@ -144,6 +161,7 @@ def _req(zone: ZoneSpec, key: KeyFn, burst: int, delay: int, nodelay: bool) -> R
         burst_m=burst * 1000,
         delay_m=NODELAY_M if nodelay else delay * 1000,
         ban_s=zone.ban_s,
+        ban_ms=zone.ban_s * 1000,
         window_s=zone.rate.scale,
         rate_count=zone.rate.count,
     )

@@ -26,10 +26,12 @@ from gateway.accesslog import AccessLog, LogSink, aiohttp_logger_class
 from gateway.background import spawn
 from gateway.config import load_config
 from gateway.errors import ConfigErrors
+from gateway.limiting import Limiter
 from gateway.overrides import Overrides
 from gateway.pipeline import Pipeline
 from gateway.plan import CompiledConfig
 from gateway.proxy.upstream import Upstreams
+from gateway.store.memory import MemoryStore
 
 log = errorlog.log
 
@@ -45,7 +47,9 @@ class GatewayServer:
         self.upstreams = Upstreams()
         self.sink = LogSink(config.spec.log.access)
         self.access_log = AccessLog(config.spec.log.format, self.sink)
-        self.pipeline = Pipeline(config, self.upstreams, self.access_log)
+        self.store = MemoryStore()
+        self.store.configure(config.spec.zones)
+        self.pipeline = Pipeline(config, self.upstreams, self.access_log, Limiter(self.store))
         self.runner: web.ServerRunner | None = None
         self.stopped = asyncio.Event()
         self._stopping = False
@@ -131,6 +135,7 @@ class GatewayServer:
         if new.listen != old.listen or new.workers != old.workers:
             log.warning("listen and workers changes take effect on restart, not on reload")
         retired = self.upstreams.update(dict(new.upstreams))
+        self.store.configure(new.zones)
         if new.log != old.log:
             errorlog.configure(new.log.error, new.log.level)
             if new.log.access != old.log.access:

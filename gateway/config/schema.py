@@ -339,9 +339,10 @@ def _log(r: Reader, value: Any, path: KeyPath) -> LogSpec:
     if data is None:
         return LogSpec()
     fmt = r.field(data, "format", path, as_str, "combined") or "combined"
-    if fmt not in ("combined", "main", "json") and "$" not in fmt:
+    if fmt not in ("combined", "main", "gateway", "json") and "$" not in fmt:
         r.error(
-            path + ("format",), f"unknown log format {fmt!r}: use combined, main, json or a template with $variables"
+            path + ("format",),
+            f"unknown log format {fmt!r}: use combined, main, gateway, json or a template with $variables",
         )
     return LogSpec(
         access=r.field(data, "access", path, _log_target, "stdout") or "stdout",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 from aiohttp import web
@@ -71,6 +71,7 @@ async def forward_http(
     pool: UpstreamPool,
     headers: aiohttp.typedefs.LooseHeaders,
     max_body: int,
+    extra_headers: Sequence[tuple[str, str]] = (),
 ) -> web.StreamResponse:
     accept = request.headers.get("Accept", "")
     length = request.content_length
@@ -149,7 +150,7 @@ async def forward_http(
         ctx.upstream_addr = ", ".join(addrs)
         ctx.upstream_status = ", ".join(statuses)
         try:
-            return await _relay(request, ctx, upstream)
+            return await _relay(request, ctx, upstream, extra_headers)
         finally:
             upstream.release()
             ctx.upstream_time = f"{time.monotonic() - started:.3f}"
@@ -174,9 +175,17 @@ def _close_client(request: web.BaseRequest) -> None:
     request.protocol.close()
 
 
-async def _relay(request: web.BaseRequest, ctx: RequestContext, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+async def _relay(
+    request: web.BaseRequest,
+    ctx: RequestContext,
+    upstream: aiohttp.ClientResponse,
+    extra_headers: Sequence[tuple[str, str]],
+) -> web.StreamResponse:
+    """Send the upstream's response; it is complete (or cut off) when this returns."""
     status = upstream.status
     headers = client_response_headers(upstream.headers)
+    for name, value in extra_headers:
+        headers[name] = value
     length = upstream.content_length
     no_body = ctx.method == "HEAD" or status in _NO_BODY_STATUS or status < 200
     if no_body:
@@ -197,7 +206,10 @@ async def _relay(request: web.BaseRequest, ctx: RequestContext, upstream: aiohtt
                 504 if isinstance(exc, aiohttp.ServerTimeoutError) else 502, request.headers.get("Accept", "")
             )
         ctx.body_bytes_sent = len(data)
-        return web.Response(status=status, reason=upstream.reason, headers=headers, body=data)
+        buffered = web.Response(status=status, reason=upstream.reason, headers=headers, body=data)
+        await buffered.prepare(request)
+        await buffered.write_eof()
+        return buffered
     response = web.StreamResponse(status=status, reason=upstream.reason, headers=headers)
     if length is not None:
         response.content_length = length

@@ -1,0 +1,240 @@
+"""The limits step of the pipeline: ask the store, then speak nginx to the operator.
+
+* Status variables: ``$limit_req_status`` (PASSED, DELAYED, REJECTED,
+  DELAYED_DRY_RUN, REJECTED_DRY_RUN), ``$limit_conn_status`` (PASSED, REJECTED,
+  REJECTED_DRY_RUN) and ``$limit_count_status`` (PASSED, REJECTED,
+  REJECTED_DRY_RUN); empty when no limit of that kind applied.
+* Error log lines as nginx writes them: ``limiting requests, excess: 2.000 by
+  zone "per_ip"``, ``delaying request, excess: 1.000, by zone "per_ip"``,
+  ``limiting connections by zone "conns"`` (with ``, dry run`` in dry run).
+* Rejections: the configured status, ``Retry-After`` in whole seconds (rounded
+  up), the RateLimit headers, and a short text or JSON body.
+* Every response of a limited route carries ``RateLimit-Policy`` and ``RateLimit``
+  (draft-ietf-httpapi-ratelimit-headers) unless ``ratelimit_headers: false``.
+
+RateLimit header mapping (documented in the README):
+  limit_req   policy ``"zone";q=N;w=1`` for ``Nr/s`` (``w=60`` for ``r/m``); ``r`` = requests
+              that would pass right now ((burst - excess) // 1000), ``t`` = seconds until
+              the bucket is empty;
+  limit_count policy ``"zone";q=limit;w=window``; ``r`` = limit - used; ``t`` = seconds to the
+              end of the window;
+  limit_conn  policy ``"zone";q=max;qu="concurrent-requests"``; ``r`` = max - in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway import errorlog, responses
+from gateway.context import RequestContext
+from gateway.limits import nginx_req
+from gateway.limits.conn import ConnDecision
+from gateway.plan import ReqLimit, RoutePlan
+from gateway.store.base import Store, Verdict
+
+PASSED = "PASSED"
+DELAYED = "DELAYED"
+REJECTED = "REJECTED"
+DELAYED_DRY_RUN = "DELAYED_DRY_RUN"
+REJECTED_DRY_RUN = "REJECTED_DRY_RUN"
+
+_LOWER = {"error": "warn", "warn": "notice", "notice": "info", "info": "info"}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _milli(value: int) -> str:
+    return f"{value // 1000}.{value % 1000:03d}"
+
+
+@dataclass(slots=True)
+class Admission:
+    """What the limits decided for one request, carried until the request ends."""
+
+    route: RoutePlan
+    verdict: Verdict | None = None
+    delay_s: float = 0.0
+    response: web.StreamResponse | None = None
+    conn: ConnDecision | None = None
+    conn_keys: list[bytes] = field(default_factory=list)
+    items: list[str] = field(default_factory=list)  # RateLimit field items
+
+
+class Limiter:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def admit(self, route: RoutePlan, ctx: RequestContext) -> Admission:
+        """Evaluate limit_req and limit_count (and limit_conn when there is no delay)."""
+        req_keys = [limit.key(ctx) for limit in route.limit_req]
+        count_keys = [limit.key(ctx) for limit in route.limit_count]
+        conn_keys = [limit.key(ctx) for limit in route.limit_conn]
+        verdict = await self.store.admit(route, req_keys, count_keys, conn_keys)
+        admission = Admission(route=route, verdict=verdict, conn_keys=conn_keys)
+        dry = route.dry_run
+        accept = ctx.headers.get("Accept", "")
+        retry_after = 0
+        status = 0
+        req = verdict.req
+        # A count rejection (outside dry run) drops this request's limit_req accounting:
+        # it is then neither delayed nor reported as passed.
+        count_stops = bool(route.limit_count) and verdict.count_rejected >= 0 and not dry
+        if req is not None and req.rc != nginx_req.DECLINED:
+            if req.rc >= nginx_req.BUSY:
+                limit = route.limit_req[req.index]
+                ctx.limit_req_status = REJECTED_DRY_RUN if dry else REJECTED
+                retry_after = self._req_rejection(ctx, route, limit, req, verdict.now_ms)
+                if route.ratelimit_headers:
+                    admission.items.append(f'"{limit.zone}";r=0;t={retry_after}')
+                if not dry:
+                    status = route.limit_req_status
+            elif not count_stops:
+                self._req_items(admission, route, req)
+                if req.delay_ms:
+                    limit = route.limit_req[req.index]
+                    level = _LOWER[route.limit_req_log_level]
+                    errorlog.request_event(
+                        level,
+                        ctx,
+                        f"delaying request{', dry run' if dry else ''}, excess: {_milli(req.excess)}, "
+                        f'by zone "{limit.zone}"',
+                    )
+                    ctx.limit_req_status = DELAYED_DRY_RUN if dry else DELAYED
+                    if not dry:
+                        admission.delay_s = req.delay_ms / 1000
+                else:
+                    ctx.limit_req_status = PASSED
+        if route.limit_count and not status:
+            rejected = verdict.count_rejected
+            if rejected >= 0:
+                count_limit = route.limit_count[rejected]
+                ctx.limit_count_status = REJECTED_DRY_RUN if dry else REJECTED
+                reset_ms = verdict.count_reset_ms[rejected] or 0
+                errorlog.request_event(
+                    route.limit_req_log_level,
+                    ctx,
+                    f"limiting requests{', dry run' if dry else ''}, count: {count_limit.limit}/{count_limit.limit} "
+                    f'in {count_limit.window_ms // 1000}s by zone "{count_limit.zone}"',
+                )
+                retry_after = max(retry_after, _ceil_div(reset_ms, 1000))
+                if not dry:
+                    status = route.limit_count_status
+            elif any(used is not None for used in verdict.count_used):
+                ctx.limit_count_status = PASSED
+            self._count_items(admission, route, verdict)
+        if verdict.conn is not None:
+            admission.conn = verdict.conn
+            if not status:
+                status, retry_after = self._conn_outcome(ctx, admission, verdict.conn, retry_after)
+        if status:
+            admission.response = self._reject(route, status, retry_after, accept, admission)
+        return admission
+
+    async def take_conn(self, admission: Admission, ctx: RequestContext) -> None:
+        """limit_conn for a request that waited out a limit_req delay."""
+        route = admission.route
+        if not route.limit_conn or admission.conn is not None:
+            return
+        decision = await self.store.acquire_conn(route, admission.conn_keys)
+        admission.conn = decision
+        status, retry_after = self._conn_outcome(ctx, admission, decision, 0)
+        if status:
+            admission.response = self._reject(route, status, retry_after, ctx.headers.get("Accept", ""), admission)
+
+    def finish(self, admission: Admission) -> None:
+        if admission.conn is not None and admission.conn.taken:
+            self.store.release(admission.route, admission.conn)
+
+    def headers(self, admission: Admission) -> list[tuple[str, str]]:
+        route = admission.route
+        if not route.ratelimit_headers or not route.ratelimit_policy:
+            return []
+        out = [("RateLimit-Policy", route.ratelimit_policy)]
+        if admission.items:
+            out.append(("RateLimit", ", ".join(admission.items)))
+        return out
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _req_rejection(
+        self, ctx: RequestContext, route: RoutePlan, limit: ReqLimit, req: nginx_req.ReqDecision, now_ms: int
+    ) -> int:
+        dry = ", dry run" if route.dry_run else ""
+        if req.rc == nginx_req.BUSY:
+            ban = f", banned for {limit.ban_s}s" if req.new_ban else ""
+            errorlog.request_event(
+                route.limit_req_log_level,
+                ctx,
+                f'limiting requests{dry}, excess: {_milli(req.excess)} by zone "{limit.zone}"{ban}',
+            )
+            if req.new_ban:
+                return limit.ban_s
+            wait_ms = _ceil_div((req.excess - limit.burst_m) * 1000, limit.rate_m)
+            return max(1, _ceil_div(wait_ms, 1000))
+        if req.rc == nginx_req.FORBIDDEN:
+            errorlog.request_event("info", ctx, f'rejecting banned key{dry} by zone "{limit.zone}"')
+            return max(1, _ceil_div(req.ban_until - now_ms, 1000))
+        errorlog.request_event("alert", ctx, f'could not allocate node in limit_req zone "{limit.zone}"')
+        return 1
+
+    def _req_items(self, admission: Admission, route: RoutePlan, req: nginx_req.ReqDecision) -> None:
+        if not route.ratelimit_headers:
+            return
+        for limit, excess in zip(route.limit_req, req.excesses, strict=True):
+            if excess is None:
+                continue
+            remaining = max(0, (limit.burst_m - excess) // 1000)
+            admission.items.append(f'"{limit.zone}";r={remaining};t={_ceil_div(excess, limit.rate_m)}')
+
+    def _count_items(self, admission: Admission, route: RoutePlan, verdict: Verdict) -> None:
+        if not route.ratelimit_headers:
+            return
+        for i, limit in enumerate(route.limit_count):
+            used = verdict.count_used[i] if i < len(verdict.count_used) else None
+            if used is None:
+                continue
+            reset = verdict.count_reset_ms[i] or 0
+            remaining = max(0, limit.limit - used)
+            admission.items.append(f'"{limit.zone}";r={remaining};t={_ceil_div(reset, 1000)}')
+
+    def _conn_outcome(
+        self, ctx: RequestContext, admission: Admission, decision: ConnDecision, retry_after: int
+    ) -> tuple[int, int]:
+        route = admission.route
+        dry = route.dry_run
+        if decision.rejected >= 0:
+            limit = route.limit_conn[decision.rejected]
+            ctx.limit_conn_status = REJECTED_DRY_RUN if dry else REJECTED
+            if decision.zone_full:
+                errorlog.request_event("alert", ctx, f'limit_conn zone "{limit.zone}" is full')
+            else:
+                errorlog.request_event(
+                    route.limit_conn_log_level,
+                    ctx,
+                    f'limiting connections{", dry run," if dry else ""} by zone "{limit.zone}"',
+                )
+            if not dry:
+                return route.limit_conn_status, max(retry_after, 1)
+            return 0, retry_after
+        if decision.applied:
+            ctx.limit_conn_status = PASSED
+        if route.ratelimit_headers:
+            for limit, count in zip(route.limit_conn, decision.counts, strict=True):
+                if count is not None:
+                    admission.items.append(f'"{limit.zone}";r={max(0, limit.max - count)}')
+        return 0, retry_after
+
+    def _reject(
+        self, route: RoutePlan, status: int, retry_after: int, accept: str, admission: Admission
+    ) -> web.Response:
+        headers: CIMultiDict[str] = CIMultiDict()
+        if retry_after > 0:
+            headers["Retry-After"] = str(retry_after)
+        for name, value in self.headers(admission):
+            headers[name] = value
+        extra: dict[str, object] | None = {"retry_after": retry_after} if retry_after > 0 else None
+        return responses.error(status, accept, "rate limit exceeded", headers=headers, extra=extra)

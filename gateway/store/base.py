@@ -1,0 +1,59 @@
+"""What every store does for the request path, and what it answers.
+
+A store evaluates a route's limits for one request in one step:
+
+1. ``limit_req`` (nginx semantics; bans);
+2. ``limit_count`` - if a count zone rejects, the ``limit_req`` accounting of this
+   request is dropped: a rejected request is charged nowhere;
+3. ``limit_conn`` - in the same step when the request will not be delayed;
+   otherwise after the delay, through ``acquire_conn`` (so a waiting request
+   holds no slot, as in nginx, where limit_req runs before limit_conn).
+
+In dry run nothing is refused, and each kind accounts as if the others had let
+the request through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.config.schema import ZoneSpec
+from gateway.limits.conn import ConnDecision
+from gateway.limits.nginx_req import ReqDecision
+from gateway.plan import RoutePlan
+
+
+@dataclass(slots=True)
+class Verdict:
+    now_ms: int
+    req: ReqDecision | None = None  # None: the route has no limit_req
+    count_rejected: int = -1  # index of the count limit that rejected
+    count_used: list[int | None] = field(default_factory=list)
+    count_reset_ms: list[int | None] = field(default_factory=list)
+    conn: ConnDecision | None = None  # None: not acquired in this step
+
+
+class Store(Protocol):
+    kind: str
+
+    def configure(self, zones: Mapping[str, ZoneSpec]) -> None:
+        """Create, keep or resize zones for a (re)loaded configuration."""
+        ...
+
+    async def admit(
+        self,
+        route: RoutePlan,
+        req_keys: Sequence[bytes],
+        count_keys: Sequence[bytes],
+        conn_keys: Sequence[bytes],
+    ) -> Verdict: ...
+
+    async def acquire_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision: ...
+
+    def release(self, route: RoutePlan, decision: ConnDecision) -> None:
+        """Give back the slots of a finished request (never blocks, never raises)."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,315 @@
+"""The embedded store: limit state in this process, bounded by each zone's ``size``.
+
+Zones hold one packed int per key in an LRU-ordered dict, and count their
+memory as ``ENTRY_COST + len(key)`` bytes per key (``ENTRY_COST`` is measured by
+``scripts/bench_memory.py``). Inserting a key follows nginx's zone rules
+(``ngx_http_limit_req_expire``):
+
+* first look at the least recently used key up to twice, and drop it if it has
+  been idle 60 s and is fully drained;
+* if the zone is still full, drop the LRU key by force (plus up to two more
+  idle, drained ones); if even that leaves no room, the request gets ERROR
+  (rejected without a "limiting" line, like nginx's "could not allocate node").
+
+Count zones drop expired windows the same way and evict by force when full.
+Conn zones never evict: a full conn zone rejects new keys, like nginx.
+
+Everything here is synchronous; inside one event loop a decision is atomic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+from gateway.config.schema import ZoneSpec
+from gateway.limits import conn as conn_logic
+from gateway.limits import count as count_logic
+from gateway.limits import nginx_req
+from gateway.limits.conn import ConnDecision
+from gateway.plan import RoutePlan
+from gateway.store.base import Verdict
+
+# Bytes one key costs beyond its own length: OrderedDict slot and list node, the key
+# object and the packed int: 164 bytes at 1M keys, 189 just after the table doubles
+# (CPython 3.11, 64-bit; scripts/bench_memory.py). The worst case keeps `size` a bound.
+ENTRY_COST = 192
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ReqZone:
+    """A limit_req zone: implements ``nginx_req.ReqTable``."""
+
+    kind = "req"
+
+    def __init__(self, spec: ZoneSpec) -> None:
+        self.nodes: OrderedDict[bytes, int] = OrderedDict()
+        self.used = 0
+        self.reconfigure(spec)
+
+    def reconfigure(self, spec: ZoneSpec) -> None:
+        assert spec.rate is not None
+        self.spec = spec
+        self.size = spec.size
+        self.rate_m = spec.rate.rate_m
+        while self.used > self.size and self.nodes:
+            self._drop_lru()
+
+    def get(self, key: bytes) -> int | None:
+        state = self.nodes.get(key)
+        if state is not None:
+            self.nodes.move_to_end(key)
+        return state
+
+    def peek(self, key: bytes) -> int | None:
+        return self.nodes.get(key)
+
+    def put(self, key: bytes, state: int) -> None:
+        self.nodes[key] = state
+
+    def delete(self, key: bytes) -> None:
+        if self.nodes.pop(key, None) is not None:
+            self.used -= ENTRY_COST + len(key)
+
+    def insert(self, key: bytes, state: int, now: int) -> bool:
+        cost = ENTRY_COST + len(key)
+        self._expire(now, forced=False)
+        if self.used + cost > self.size:
+            self._expire(now, forced=True)
+            if self.used + cost > self.size:
+                return False
+        self.nodes[key] = state
+        self.used += cost
+        return True
+
+    def _expire(self, now: int, *, forced: bool) -> None:
+        n = 0 if forced else 1
+        while n < 3 and self.nodes:
+            key, state = next(iter(self.nodes.items()))
+            if n != 0 and not nginx_req.expirable(state, now, self.rate_m):
+                return
+            n += 1
+            self._drop(key)
+
+    def _drop(self, key: bytes) -> None:
+        del self.nodes[key]
+        self.used -= ENTRY_COST + len(key)
+
+    def _drop_lru(self) -> None:
+        self._drop(next(iter(self.nodes)))
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+class CountZone:
+    kind = "count"
+
+    def __init__(self, spec: ZoneSpec) -> None:
+        self.nodes: OrderedDict[bytes, int] = OrderedDict()
+        self.used = 0
+        self.reconfigure(spec)
+
+    def reconfigure(self, spec: ZoneSpec) -> None:
+        self.spec = spec
+        self.size = spec.size
+        while self.used > self.size and self.nodes:
+            self._drop(next(iter(self.nodes)))
+
+    def get(self, key: bytes) -> int | None:
+        state = self.nodes.get(key)
+        if state is not None:
+            self.nodes.move_to_end(key)
+        return state
+
+    def store(self, key: bytes, state: int, now: int) -> None:
+        if key in self.nodes:
+            self.nodes[key] = state
+            return
+        cost = ENTRY_COST + len(key)
+        for _ in range(2):  # drop expired windows at the LRU end
+            if not self.nodes:
+                break
+            old_key, old_state = next(iter(self.nodes.items()))
+            if not count_logic.expired(old_state, now):
+                break
+            self._drop(old_key)
+        while self.used + cost > self.size and self.nodes:
+            self._drop(next(iter(self.nodes)))
+        self.nodes[key] = state
+        self.used += cost
+
+    def _drop(self, key: bytes) -> None:
+        del self.nodes[key]
+        self.used -= ENTRY_COST + len(key)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+class ConnZone:
+    """A limit_conn zone: implements ``conn.ConnTable``."""
+
+    kind = "conn"
+
+    def __init__(self, spec: ZoneSpec) -> None:
+        self.counts: dict[bytes, int] = {}
+        self.used = 0
+        self.reconfigure(spec)
+
+    def reconfigure(self, spec: ZoneSpec) -> None:
+        self.spec = spec
+        self.size = spec.size
+
+    def acquire(self, key: bytes, limit: int) -> int:
+        count = self.counts.get(key)
+        if count is None:
+            cost = ENTRY_COST + len(key)
+            if self.used + cost > self.size:
+                return -1
+            self.used += cost
+            self.counts[key] = 1
+            return 1
+        if count >= limit:
+            return 0
+        self.counts[key] = count + 1
+        return count + 1
+
+    def release(self, key: bytes) -> None:
+        count = self.counts.get(key)
+        if count is None:
+            return
+        if count <= 1:
+            del self.counts[key]
+            self.used -= ENTRY_COST + len(key)
+        else:
+            self.counts[key] = count - 1
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+
+Zone = ReqZone | CountZone | ConnZone
+_KINDS: dict[str, type[ReqZone] | type[CountZone] | type[ConnZone]] = {
+    "req": ReqZone,
+    "count": CountZone,
+    "conn": ConnZone,
+}
+
+
+class MemoryStore:
+    """Limit state for one process (one node when the gateway runs one worker)."""
+
+    kind = "memory"
+
+    def __init__(self, clock_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.clock_ms = clock_ms
+        self.zones: dict[str, Zone] = {}
+        # id(route) -> (route, its tables); the route is kept to make a reused id harmless
+        self._tables: dict[int, tuple[RoutePlan, tuple[list[ReqZone], list[CountZone], list[ConnZone]]]] = {}
+
+    def configure(self, zones: Mapping[str, ZoneSpec]) -> None:
+        """Keep a zone's state across reloads when its type and key are unchanged (as nginx does)."""
+        fresh: dict[str, Zone] = {}
+        for name, spec in zones.items():
+            current = self.zones.get(name)
+            if current is not None and current.spec.type == spec.type and current.spec.key == spec.key:
+                current.reconfigure(spec)
+                fresh[name] = current
+            else:
+                fresh[name] = _KINDS[spec.type](spec)
+        self.zones = fresh
+        self._tables.clear()
+
+    def _route_tables(self, route: RoutePlan) -> tuple[list[ReqZone], list[CountZone], list[ConnZone]]:
+        cached = self._tables.get(id(route))
+        if cached is not None and cached[0] is route:
+            return cached[1]
+        z = self.zones
+        tables = (
+            [z[lim.zone] for lim in route.limit_req],
+            [z[lim.zone] for lim in route.limit_count],
+            [z[lim.zone] for lim in route.limit_conn],
+        )
+        self._tables[id(route)] = (route, tables)  # type: ignore[assignment]
+        return tables  # type: ignore[return-value]
+
+    # -- the store interface -------------------------------------------------------------------
+    async def admit(
+        self,
+        route: RoutePlan,
+        req_keys: Sequence[bytes],
+        count_keys: Sequence[bytes],
+        conn_keys: Sequence[bytes],
+    ) -> Verdict:
+        return self.decide(route, req_keys, count_keys, conn_keys)
+
+    async def acquire_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision:
+        return self.take_conn(route, conn_keys)
+
+    def release(self, route: RoutePlan, decision: ConnDecision) -> None:
+        if decision.taken:
+            conn_logic.release(decision.taken)
+            decision.taken = []
+
+    async def close(self) -> None:
+        return None
+
+    # -- synchronous core (also used by the shared store of a multi-worker node) --------------
+    def decide(
+        self,
+        route: RoutePlan,
+        req_keys: Sequence[bytes],
+        count_keys: Sequence[bytes],
+        conn_keys: Sequence[bytes],
+    ) -> Verdict:
+        now = self.clock_ms()
+        req_tables, count_tables, _ = self._route_tables(route)
+        verdict = Verdict(now_ms=now)
+        dry = route.dry_run
+        req = None
+        if route.limit_req:
+            req = nginx_req.decide(route.limit_req, req_tables, req_keys, now)
+            verdict.req = req
+            if req.rc >= nginx_req.BUSY and not dry:
+                return verdict
+        steps: list[count_logic.CountStep | None] = []
+        if route.limit_count:
+            used: list[int | None] = []
+            reset: list[int | None] = []
+            for i, limit in enumerate(route.limit_count):
+                key = count_keys[i]
+                if not key:
+                    steps.append(None)
+                    used.append(None)
+                    reset.append(None)
+                    continue
+                step = count_logic.check(count_tables[i].get(key), now, limit)  # type: ignore[arg-type]
+                steps.append(step)
+                used.append(step.used)
+                reset.append(step.reset_ms)
+                if not step.allowed and verdict.count_rejected < 0:
+                    verdict.count_rejected = i
+                    if not dry:
+                        break
+            verdict.count_used = used
+            verdict.count_reset_ms = reset
+            if verdict.count_rejected >= 0 and not dry:
+                if req is not None:
+                    nginx_req.discard(req, req_tables)
+                return verdict
+            for i, maybe in enumerate(steps):
+                if maybe is not None and maybe.allowed:
+                    count_tables[i].store(count_keys[i], maybe.state, now)
+        if req is not None and req.rc == nginx_req.OK:
+            nginx_req.commit(req, req_tables)
+        if route.limit_conn and (req is None or req.delay_ms == 0 or dry):
+            verdict.conn = self.take_conn(route, conn_keys)
+        return verdict
+
+    def take_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision:
+        return conn_logic.acquire(self._route_tables(route)[2], conn_keys, [c.max for c in route.limit_conn])

@@ -1,0 +1,90 @@
+"""The embedded store's zones: nginx's LRU expiry, forced eviction and the byte bound."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+from gateway.config.schema import ZoneSpec
+from gateway.config.units import parse_rate
+from gateway.keys import parse_key
+from gateway.limits import nginx_req
+from gateway.store.memory import ENTRY_COST, ConnZone, CountZone, ReqZone
+
+KEY = parse_key("$binary_remote_addr")
+
+
+def req_zone(size: int, rate: str = "1r/s") -> ReqZone:
+    return ReqZone(ZoneSpec(name="z", type="req", key=KEY, size=size, rate=parse_rate(rate)))
+
+
+def test_insert_expires_idle_drained_keys_at_the_lru_end():
+    zone = req_zone(1 << 20)
+    zone.insert(b"old1", nginx_req.pack(0, 0), 0)
+    zone.insert(b"old2", nginx_req.pack(0, 0), 0)
+    zone.insert(b"old3", nginx_req.pack(0, 0), 0)
+    zone.insert(b"new", nginx_req.pack(0, 70_000), 70_000)
+    # nginx looks at the LRU tail at most twice per insert
+    assert list(zone.nodes) == [b"old3", b"new"]
+
+
+def test_recently_used_or_undrained_keys_are_not_expired():
+    zone = req_zone(1 << 20)
+    zone.insert(b"busy", nginx_req.pack(500_000, 0), 0)  # 500 requests queued at 1r/s
+    zone.insert(b"x", nginx_req.pack(0, 70_000), 70_000)
+    assert b"busy" in zone.nodes
+    zone.insert(b"recent", nginx_req.pack(0, 70_000), 70_000)
+    zone.get(b"busy")  # a lookup moves it to the MRU end
+    assert next(iter(zone.nodes)) == b"x"
+
+
+def test_full_zone_evicts_the_lru_key_by_force():
+    zone = req_zone(3 * (ENTRY_COST + 4))
+    for i, key in enumerate((b"aaaa", b"bbbb", b"cccc")):
+        assert zone.insert(key, nginx_req.pack(1000, i), i)
+    assert zone.insert(b"dddd", nginx_req.pack(0, 10), 10)
+    assert list(zone.nodes) == [b"bbbb", b"cccc", b"dddd"]
+    assert zone.used <= zone.size
+
+
+def test_a_key_that_cannot_fit_is_an_error():
+    zone = req_zone(ENTRY_COST + 10)
+    assert zone.insert(b"short", 0, 0)
+    assert not zone.insert(b"x" * 100, 0, 0)
+
+
+def test_flood_of_distinct_keys_stays_within_the_zone_size():
+    size = 256 * 1024
+    zone = req_zone(size)
+    tracemalloc.start()
+    for i in range(200_000):
+        key = i.to_bytes(4, "big")
+        zone.insert(key, nginx_req.pack(1000, i), i)
+    current, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert zone.used <= size
+    assert len(zone) == size // (ENTRY_COST + 4)
+    # what Python really holds for the zone stays within its size
+    assert current <= size, current
+
+
+def test_count_zone_drops_ended_windows_and_evicts_when_full():
+    from gateway.limits import count
+
+    zone = CountZone(ZoneSpec(name="q", type="count", key=KEY, size=2 * (ENTRY_COST + 1), limit=5, window_ms=1000))
+    zone.store(b"a", count.pack(1, 1000), 0)
+    zone.store(b"b", count.pack(1, 1000), 0)
+    zone.store(b"c", count.pack(1, 3000), 2000)  # a and b ended: dropped, not forced
+    assert list(zone.nodes) == [b"c"]
+    zone.store(b"d", count.pack(1, 3000), 2000)
+    zone.store(b"e", count.pack(1, 3000), 2000)  # full: c is evicted by force
+    assert list(zone.nodes) == [b"d", b"e"]
+
+
+def test_full_conn_zone_rejects_new_keys_without_evicting():
+    zone = ConnZone(ZoneSpec(name="c", type="conn", key=KEY, size=ENTRY_COST + 1))
+    assert zone.acquire(b"a", 10) == 1
+    assert zone.acquire(b"b", 10) == -1
+    assert zone.acquire(b"a", 10) == 2
+    zone.release(b"a")
+    zone.release(b"a")
+    assert zone.acquire(b"b", 10) == 1
