@@ -31,7 +31,7 @@ from gateway.overrides import Overrides
 from gateway.pipeline import Pipeline
 from gateway.plan import CompiledConfig
 from gateway.proxy.upstream import Upstreams
-from gateway.store.memory import MemoryStore
+from gateway.store import make_store
 
 log = errorlog.log
 
@@ -47,7 +47,7 @@ class GatewayServer:
         self.upstreams = Upstreams()
         self.sink = LogSink(config.spec.log.access)
         self.access_log = AccessLog(config.spec.log.format, self.sink)
-        self.store = MemoryStore()
+        self.store = make_store(config.spec)
         self.store.configure(config.spec.zones)
         self.pipeline = Pipeline(config, self.upstreams, self.access_log, Limiter(self.store))
         self.runner: web.ServerRunner | None = None
@@ -56,6 +56,9 @@ class GatewayServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
+        starter = getattr(self.store, "start", None)
+        if starter is not None:
+            await starter()
         self.upstreams.update(dict(self.config.spec.upstreams))
         server = web.Server(
             self.pipeline.handle,
@@ -110,6 +113,7 @@ class GatewayServer:
             if self.runner is not None:
                 await self.runner.cleanup()
             await self.upstreams.close()
+            await self.store.close()
         finally:
             self.sink.close()
             self.stopped.set()

@@ -2,7 +2,10 @@
 
 It starts N worker processes (each a fresh interpreter running ``gateway run
 --worker``) that bind the same ports with SO_REUSEPORT, so the kernel spreads
-connections across them. It forwards signals:
+connections across them. With the embedded store it also owns the node's limit
+state and serves it to the workers over a Unix socket (``store/shared.py``), so
+limits count the whole node, as nginx's shared-memory zones do. It forwards
+signals:
 
 * SIGHUP: validate the file first; on success every worker reloads, on failure
   the errors are logged and nothing changes;
@@ -16,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from gateway import errorlog
@@ -26,6 +31,9 @@ from gateway.config import load_config
 from gateway.errors import ConfigErrors
 from gateway.overrides import Overrides
 from gateway.plan import CompiledConfig
+from gateway.store import SOCKET_ENV
+from gateway.store.memory import MemoryStore
+from gateway.store.shared import SharedStoreServer
 
 log = errorlog.log
 
@@ -47,10 +55,30 @@ class Supervisor:
         self.overrides = overrides
         self.extra_env = extra_env or {}
         self.workers: dict[int, asyncio.subprocess.Process] = {}
+        self.store: MemoryStore | None = None
+        self._tmpdir = ""
         self.stopping = False
         self.done = asyncio.Event()
 
     async def run(self) -> int:
+        shared = None
+        if self.config.spec.store.redis is None:
+            # One embedded store for the whole node, served to the workers.
+            self._tmpdir = tempfile.mkdtemp(prefix="gateway-")
+            path = os.path.join(self._tmpdir, "store.sock")
+            self.store = MemoryStore()
+            self.store.configure(self.config.spec.zones)
+            shared = SharedStoreServer(self.store, path)
+            await shared.start()
+            self.extra_env[SOCKET_ENV] = path
+        try:
+            return await self._run()
+        finally:
+            if shared is not None:
+                await shared.close()
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._stop)
         loop.add_signal_handler(signal.SIGINT, self._stop)
@@ -115,6 +143,8 @@ class Supervisor:
             for err in exc.errors:
                 log.error("reload failed, keeping the running configuration: %s", err)
             return [str(e) for e in exc.errors]
+        if self.store is not None:
+            self.store.configure(self.config.spec.zones)
         log.log(errorlog.NOTICE, "reconfiguring: signalling %d workers", len(self.workers))
         self._signal_all(signal.SIGHUP)
         return []

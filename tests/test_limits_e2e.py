@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import time
 
 import aiohttp
@@ -253,3 +255,58 @@ async def test_reload_keeps_zone_state_and_a_bad_reload_keeps_the_old_config(gat
         r"reload failed, keeping the running configuration: .*limits\.yaml:\d+:\d+: zones\.one\.rate: invalid rate",
         gw.stderr(),
     )
+
+
+async def test_limits_count_the_whole_node_across_workers(gateway_factory, upstream):
+    gw = gateway_factory(
+        limited_config(
+            upstream,
+            "  quota: {type: count, key: $binary_remote_addr, limit: 10, window: 60s}\n"
+            "  conns: {type: conn, key: $binary_remote_addr}",
+            "    limit_count: [{zone: quota}]\n    limit_conn: [{zone: conns, max: 1}]",
+            "workers: 3\n",
+        )
+    )
+    statuses = []
+    for _ in range(30):  # a fresh connection each: the kernel spreads them over the workers
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+            statuses.append((await get(session, gw.url + "/echo"))[0])
+    assert statuses.count(200) == 10 and statuses.count(429) == 20
+    # the requests really came through several workers (their pids differ in the error log)
+    pids = set(re.findall(r"\] (\d+)#0: limiting requests, count", gw.stderr()))
+    assert len(pids) >= 2, pids
+
+
+async def test_limit_conn_across_workers_and_a_dead_worker_frees_its_slots(gateway_factory, upstream):
+    gw = gateway_factory(
+        limited_config(
+            upstream,
+            "  conns: {type: conn, key: $binary_remote_addr}",
+            "    limit_conn: [{zone: conns, max: 1}]",
+            "workers: 2\n",
+        )
+    )
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as holder_session:
+        holder = asyncio.ensure_future(get(holder_session, gw.url + "/slow?ms=3000"))
+        await asyncio.sleep(0.5)
+        for _ in range(6):  # whichever worker takes the connection, the node's one slot is taken
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+                assert (await get(session, gw.url + "/echo"))[0] == 503
+        # kill the workers (one of them holds the slot): the master gives their slots back
+        for pid in _worker_pids(gw):
+            os.kill(pid, signal.SIGKILL)
+        await asyncio.gather(holder, return_exceptions=True)
+    deadline = time.monotonic() + 10
+    while len(_worker_pids(gw)) < 4 and time.monotonic() < deadline:  # two respawned workers
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.3)
+    ok = 0
+    for _ in range(4):
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
+            ok += (await get(session, gw.url + "/echo"))[0] == 200
+    assert ok == 4
+    assert "exited on signal 9" in gw.stderr()
+
+
+def _worker_pids(gw) -> list[int]:
+    return sorted({int(p) for p in re.findall(r"\] (\d+)#0: listening on", gw.stderr())})

@@ -17,12 +17,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.config.schema import ZoneSpec
 from gateway.limits.conn import ConnDecision
 from gateway.limits.nginx_req import ReqDecision
 from gateway.plan import RoutePlan
+
+
+class LimitSet(Protocol):
+    """The limits of one route as a store sees them (a ``RoutePlan`` is one)."""
+
+    @property
+    def limit_req(self) -> Sequence[Any]: ...
+    @property
+    def limit_count(self) -> Sequence[Any]: ...
+    @property
+    def limit_conn(self) -> Sequence[Any]: ...
+    @property
+    def dry_run(self) -> bool: ...
 
 
 @dataclass(slots=True)

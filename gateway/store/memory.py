@@ -28,8 +28,7 @@ from gateway.limits import conn as conn_logic
 from gateway.limits import count as count_logic
 from gateway.limits import nginx_req
 from gateway.limits.conn import ConnDecision
-from gateway.plan import RoutePlan
-from gateway.store.base import Verdict
+from gateway.store.base import LimitSet, Verdict
 
 # Bytes one key costs beyond its own length: OrderedDict slot and list node, the key
 # object and the packed int: 164 bytes at 1M keys, 189 just after the table doubles
@@ -210,7 +209,7 @@ class MemoryStore:
         self.clock_ms = clock_ms
         self.zones: dict[str, Zone] = {}
         # id(route) -> (route, its tables); the route is kept to make a reused id harmless
-        self._tables: dict[int, tuple[RoutePlan, tuple[list[ReqZone], list[CountZone], list[ConnZone]]]] = {}
+        self._tables: dict[int, tuple[LimitSet, tuple[list[ReqZone], list[CountZone], list[ConnZone]]]] = {}
 
     def configure(self, zones: Mapping[str, ZoneSpec]) -> None:
         """Keep a zone's state across reloads when its type and key are unchanged (as nginx does)."""
@@ -225,7 +224,7 @@ class MemoryStore:
         self.zones = fresh
         self._tables.clear()
 
-    def _route_tables(self, route: RoutePlan) -> tuple[list[ReqZone], list[CountZone], list[ConnZone]]:
+    def _route_tables(self, route: LimitSet) -> tuple[list[ReqZone], list[CountZone], list[ConnZone]]:
         cached = self._tables.get(id(route))
         if cached is not None and cached[0] is route:
             return cached[1]
@@ -241,17 +240,17 @@ class MemoryStore:
     # -- the store interface -------------------------------------------------------------------
     async def admit(
         self,
-        route: RoutePlan,
+        route: LimitSet,
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
     ) -> Verdict:
         return self.decide(route, req_keys, count_keys, conn_keys)
 
-    async def acquire_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision:
+    async def acquire_conn(self, route: LimitSet, conn_keys: Sequence[bytes]) -> ConnDecision:
         return self.take_conn(route, conn_keys)
 
-    def release(self, route: RoutePlan, decision: ConnDecision) -> None:
+    def release(self, route: LimitSet, decision: ConnDecision) -> None:
         if decision.taken:
             conn_logic.release(decision.taken)
             decision.taken = []
@@ -262,7 +261,7 @@ class MemoryStore:
     # -- synchronous core (also used by the shared store of a multi-worker node) --------------
     def decide(
         self,
-        route: RoutePlan,
+        route: LimitSet,
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
@@ -288,7 +287,7 @@ class MemoryStore:
                     used.append(None)
                     reset.append(None)
                     continue
-                step = count_logic.check(count_tables[i].get(key), now, limit)  # type: ignore[arg-type]
+                step = count_logic.check(count_tables[i].get(key), now, limit)
                 steps.append(step)
                 used.append(step.used)
                 reset.append(step.reset_ms)
@@ -311,5 +310,5 @@ class MemoryStore:
             verdict.conn = self.take_conn(route, conn_keys)
         return verdict
 
-    def take_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision:
+    def take_conn(self, route: LimitSet, conn_keys: Sequence[bytes]) -> ConnDecision:
         return conn_logic.acquire(self._route_tables(route)[2], conn_keys, [c.max for c in route.limit_conn])

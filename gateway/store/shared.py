@@ -1,0 +1,325 @@
+"""One embedded store for a node with several workers, like nginx's shared-memory zones.
+
+With ``workers: N`` and no Redis, the master process owns a ``MemoryStore`` and
+serves it on a Unix socket; each worker's ``SharedStoreClient`` asks it for every
+decision, so a limit counts all the node's traffic, not one worker's share.
+
+Wire format: frames of a 4-byte big-endian length and a ``marshal``-encoded tuple
+(master and workers are the same program; nothing else connects).
+
+    worker -> master   (DEFINE, desc_id, description)     once per route and connection
+                       (ADMIT, req_id, desc_id, req_keys, count_keys, conn_keys)
+                       (CONN, req_id, desc_id, conn_keys)
+                       (RELEASE, lease_id)
+    master -> worker   (req_id, verdict tuple) or (req_id, None, error text)
+
+Slots taken for a worker are leases; if the worker's connection drops (it died),
+the master releases everything it held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import marshal
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway import errorlog
+from gateway.errors import StoreUnavailable
+from gateway.limits import conn as conn_logic
+from gateway.limits.conn import ConnDecision
+from gateway.limits.nginx_req import ReqDecision
+from gateway.plan import RoutePlan
+from gateway.store.base import Verdict
+from gateway.store.memory import MemoryStore
+
+DEFINE, ADMIT, CONN, RELEASE = 1, 2, 3, 4
+_HEADER = struct.Struct(">I")
+MAX_FRAME = 16 * 1024 * 1024
+
+
+# -- the limit description a worker sends once per route ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Req:
+    zone: str
+    rate_m: int
+    burst_m: int
+    delay_m: int
+    ban_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Count:
+    zone: str
+    limit: int
+    window_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Conn:
+    zone: str
+    max: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    limit_req: tuple[_Req, ...]
+    limit_count: tuple[_Count, ...]
+    limit_conn: tuple[_Conn, ...]
+    dry_run: bool
+
+
+def describe(route: RoutePlan) -> tuple[Any, ...]:
+    return (
+        tuple((r.zone, r.rate_m, r.burst_m, r.delay_m, r.ban_ms) for r in route.limit_req),
+        tuple((c.zone, c.limit, c.window_ms) for c in route.limit_count),
+        tuple((c.zone, c.max) for c in route.limit_conn),
+        route.dry_run,
+    )
+
+
+def _limits(description: tuple[Any, ...]) -> _Limits:
+    req, count, conn, dry = description
+    return _Limits(
+        limit_req=tuple(_Req(*r) for r in req),
+        limit_count=tuple(_Count(*c) for c in count),
+        limit_conn=tuple(_Conn(*c) for c in conn),
+        dry_run=bool(dry),
+    )
+
+
+def _encode_conn(decision: ConnDecision | None, lease: int) -> tuple[Any, ...] | None:
+    if decision is None:
+        return None
+    return (decision.rejected, decision.zone_full, decision.counts, lease)
+
+
+def _encode_verdict(verdict: Verdict, lease: int) -> tuple[Any, ...]:
+    req = verdict.req
+    req_t = None
+    if req is not None:
+        req_t = (req.rc, req.index, req.excess, req.delay_ms, req.excesses, req.ban_until, req.new_ban)
+    return (
+        verdict.now_ms,
+        req_t,
+        verdict.count_rejected,
+        verdict.count_used,
+        verdict.count_reset_ms,
+        _encode_conn(verdict.conn, lease),
+    )
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> Any:
+    header = await reader.readexactly(4)
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes")
+    return marshal.loads(await reader.readexactly(size))
+
+
+def _frame(message: tuple[Any, ...]) -> bytes:
+    data = marshal.dumps(message)
+    return _HEADER.pack(len(data)) + data
+
+
+# -- master side -----------------------------------------------------------------------------------
+
+
+class SharedStoreServer:
+    """Serves a MemoryStore to the workers of this node."""
+
+    def __init__(self, store: MemoryStore, path: str) -> None:
+        self.store = store
+        self.path = path
+        self._server: asyncio.AbstractServer | None = None
+        self._next_lease = 1
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve, path=self.path)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        routes: dict[int, _Limits] = {}
+        leases: dict[int, ConnDecision] = {}
+        store = self.store
+        try:
+            while True:
+                message = await _read_frame(reader)
+                kind = message[0]
+                if kind == RELEASE:
+                    decision = leases.pop(message[1], None)
+                    if decision is not None:
+                        conn_logic.release(decision.taken)
+                    continue
+                if kind == DEFINE:
+                    routes[message[1]] = _limits(message[2])
+                    continue
+                req_id = message[1]
+                try:
+                    limits = routes[message[2]]
+                    if kind == ADMIT:
+                        verdict = store.decide(limits, message[3], message[4], message[5])
+                        lease = self._lease(leases, verdict.conn)
+                        reply: tuple[Any, ...] = (req_id, _encode_verdict(verdict, lease))
+                    else:
+                        decision = store.take_conn(limits, message[3])
+                        reply = (req_id, _encode_conn(decision, self._lease(leases, decision)))
+                except (KeyError, IndexError) as exc:
+                    reply = (req_id, None, f"unknown zone or route: {exc}")
+                writer.write(_frame(reply))
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            for decision in leases.values():  # the worker is gone: its slots with it
+                conn_logic.release(decision.taken)
+            writer.close()
+
+    def _lease(self, leases: dict[int, ConnDecision], decision: ConnDecision | None) -> int:
+        if decision is None or not decision.taken:
+            return 0
+        lease = self._next_lease
+        self._next_lease += 1
+        leases[lease] = decision
+        return lease
+
+
+# -- worker side -----------------------------------------------------------------------------------
+
+
+class SharedStoreClient:
+    """The Store a worker uses when the master owns the node's embedded store."""
+
+    kind = "shared"
+
+    def __init__(self, path: str, timeout: float = 1.0) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._routes: dict[int, tuple[RoutePlan, int]] = {}
+        self._next_id = 1
+        self._reader_task: asyncio.Task[None] | None = None
+
+    def configure(self, zones: Any) -> None:
+        """Zones live in the master, which reloads before it signals the workers."""
+
+    async def start(self, wait: float = 10.0) -> None:
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            try:
+                self._reader, self._writer = await asyncio.open_unix_connection(self.path)
+                break
+            except OSError:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+        self._routes.clear()
+        self._reader_task = asyncio.ensure_future(self._read_replies())
+
+    async def _read_replies(self) -> None:
+        assert self._reader is not None
+        try:
+            while True:
+                message = await _read_frame(self._reader)
+                future = self._pending.pop(message[0], None)
+                if future is not None and not future.done():
+                    future.set_result(message)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+            errorlog.log.error("lost the connection to the master's store: %r", exc)
+        finally:
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(StoreUnavailable("master store connection lost"))
+            self._pending.clear()
+            self._writer = None
+
+    def _route_id(self, route: RoutePlan) -> int:
+        known = self._routes.get(id(route))
+        if known is not None and known[0] is route:
+            return known[1]
+        desc_id = self._next_id
+        self._next_id += 1
+        self._send((DEFINE, desc_id, describe(route)))
+        self._routes[id(route)] = (route, desc_id)
+        return desc_id
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        if self._writer is None:
+            raise StoreUnavailable("no connection to the master's store")
+        self._writer.write(_frame(message))
+
+    async def _call(self, message: tuple[Any, ...]) -> Any:
+        req_id = message[1]
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = future
+        try:
+            self._send(message)
+            reply = await asyncio.wait_for(future, self.timeout)
+        except TimeoutError:
+            raise StoreUnavailable("the master's store did not answer in time") from None
+        finally:
+            self._pending.pop(req_id, None)
+        if len(reply) > 2:
+            raise StoreUnavailable(reply[2])
+        return reply[1]
+
+    def _request_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    async def admit(
+        self,
+        route: RoutePlan,
+        req_keys: Sequence[bytes],
+        count_keys: Sequence[bytes],
+        conn_keys: Sequence[bytes],
+    ) -> Verdict:
+        desc = self._route_id(route)
+        payload = await self._call((ADMIT, self._request_id(), desc, list(req_keys), list(count_keys), list(conn_keys)))
+        now_ms, req_t, count_rejected, count_used, count_reset, conn_t = payload
+        verdict = Verdict(
+            now_ms=now_ms,
+            count_rejected=count_rejected,
+            count_used=count_used,
+            count_reset_ms=count_reset,
+        )
+        if req_t is not None:
+            rc, index, excess, delay_ms, excesses, ban_until, new_ban = req_t
+            verdict.req = ReqDecision(rc, index, excess, delay_ms, excesses, ban_until=ban_until, new_ban=new_ban)
+        verdict.conn = self._conn(conn_t)
+        return verdict
+
+    async def acquire_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision:
+        desc = self._route_id(route)
+        decision = self._conn(await self._call((CONN, self._request_id(), desc, list(conn_keys))))
+        assert decision is not None
+        return decision
+
+    def _conn(self, conn_t: tuple[Any, ...] | None) -> ConnDecision | None:
+        if conn_t is None:
+            return None
+        rejected, zone_full, counts, lease = conn_t
+        return ConnDecision(rejected, zone_full, counts, [(self, lease)] if lease else [])
+
+    def release(self, route: RoutePlan, decision: ConnDecision) -> None:
+        for _, lease in decision.taken:
+            # if the connection is gone, the master releases the lost connection's slots itself
+            with contextlib.suppress(StoreUnavailable):
+                self._send((RELEASE, lease))
+        decision.taken = []
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
