@@ -2,8 +2,16 @@
 
     gateway run   [-c conf/limits.yaml] [--listen ADDR]... [--upstream NAME=ADDR[,ADDR]]... [--workers N]
     gateway check [-c conf/limits.yaml]          like nginx -t: every error with file:line: key: reason
+    gateway reload [-c ...]                      like nginx -s reload (through the admin API)
+    gateway ban <ip|cidr> [--for 1h] [--reason TEXT] [-c ...]
+    gateway unban <ip|cidr> [-c ...]
+    gateway bans [-c ...]                        the bans in force
     gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
     gateway --version
+
+ban, unban and bans talk to the configured Redis directly (every node sees the
+change within a second), or, with the embedded store, to the running node's
+admin API (admin.listen, with admin.token if set).
 
 Exit codes: 0 success, 1 configuration or runtime error. A bad configuration
 never prints a Python traceback.
@@ -54,6 +62,23 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate the configuration, like nginx -t")
     check.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
 
+    reload = sub.add_parser("reload", help="reload the running gateway's configuration (like nginx -s reload)")
+    reload.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+
+    ban = sub.add_parser("ban", help="ban an IP address or CIDR on every route of every node")
+    ban.add_argument("target", help="an IP address or CIDR, e.g. 203.0.113.7 or 10.0.0.0/8")
+    ban.add_argument("--for", dest="duration", default="1h", help="how long: 30s, 10m, 1h, 1d; 0 = until unbanned")
+    ban.add_argument("--reason", default="", help="why (shown by `gateway bans` and in the error log)")
+    ban.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+
+    unban = sub.add_parser("unban", help="lift a ban")
+    unban.add_argument("target", help="the banned IP address or CIDR")
+    unban.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+
+    bans = sub.add_parser("bans", help="list the bans in force")
+    bans.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+    bans.add_argument("--json", action="store_true", help="print JSON")
+
     demo = sub.add_parser("demo-upstream", help="run a small echo upstream to try the gateway with")
     demo.add_argument(
         "--listen",
@@ -74,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "demo-upstream":
             return _demo(args)
+        if args.command in ("reload", "ban", "unban", "bans"):
+            from gateway.control import run_control
+
+            return run_control(args)
     except ConfigErrors as exc:
         for err in exc.errors:
             print(f"gateway: {err}", file=sys.stderr)

@@ -14,9 +14,11 @@ import asyncio
 import time
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from gateway import errorlog, responses
 from gateway.accesslog import CTX_KEY, AccessLog
+from gateway.bans import Ban, BanList, epoch_ms
 from gateway.context import RequestContext
 from gateway.limiting import Admission, Limiter
 from gateway.plan import CompiledConfig, RoutePlan
@@ -29,11 +31,14 @@ from gateway.routing import BadURI, normalize_uri
 
 
 class Pipeline:
-    def __init__(self, config: CompiledConfig, upstreams: Upstreams, access_log: AccessLog, limiter: Limiter) -> None:
+    def __init__(
+        self, config: CompiledConfig, upstreams: Upstreams, access_log: AccessLog, limiter: Limiter, bans: BanList
+    ) -> None:
         self.config = config
         self.upstreams = upstreams
         self.access_log = access_log
         self.limiter = limiter
+        self.bans = bans
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         config = self.config  # one snapshot per request
@@ -70,11 +75,15 @@ class Pipeline:
         if route is None:
             return responses.error(404, accept, "no route for this URI")
         ctx.route = route
-        # 3. access rules: deny is always 403; allow is never limited
+        # 3. access rules: deny is always 403; allow is never limited nor banned; then bans
         if config.deny and ctx.client in config.deny:
             errorlog.request_event("error", ctx, "access forbidden by rule")
             return responses.error(403, accept, "access forbidden")
         exempt = bool(config.allow) and ctx.client in config.allow
+        if self.bans.bans and not exempt:
+            ban = self.bans.match(ctx.client, epoch_ms())
+            if ban is not None:
+                return self._banned(ctx, ban, accept)
         # 4. limits: limit_req and limit_count, the delay, then limit_conn
         admission = None
         if route.has_limits and not exempt:
@@ -90,6 +99,13 @@ class Pipeline:
         finally:
             if admission is not None:
                 self.limiter.finish(admission)
+
+    def _banned(self, ctx: RequestContext, ban: Ban, accept: str) -> web.Response:
+        errorlog.request_event("info", ctx, f'access forbidden by ban on {ban.target} ("{ban.reason}")')
+        headers: CIMultiDict[str] = CIMultiDict()
+        if ban.until_ms:
+            headers["Retry-After"] = str(max(1, -(-(ban.until_ms - epoch_ms()) // 1000)))
+        return responses.error(self.config.spec.bans.status, accept, "client banned", headers=headers)
 
     async def _proxy(
         self,

@@ -18,12 +18,15 @@ import asyncio
 import logging
 import signal
 import socket
+from typing import Any
 
 from aiohttp import web
 
 from gateway import errorlog
 from gateway.accesslog import AccessLog, LogSink, aiohttp_logger_class
+from gateway.admin import AdminApi
 from gateway.background import spawn
+from gateway.bans import BanList, LocalBans, RedisBans
 from gateway.config import load_config
 from gateway.errors import ConfigErrors
 from gateway.limiting import Limiter
@@ -31,7 +34,9 @@ from gateway.overrides import Overrides
 from gateway.pipeline import Pipeline
 from gateway.plan import CompiledConfig
 from gateway.proxy.upstream import Upstreams
-from gateway.store import make_store
+from gateway.store import make_store, open_bans
+from gateway.store.memory import MemoryStore
+from gateway.store.shared import SharedStoreClient
 
 log = errorlog.log
 
@@ -49,7 +54,11 @@ class GatewayServer:
         self.access_log = AccessLog(config.spec.log.format, self.sink)
         self.store = make_store(config.spec)
         self.store.configure(config.spec.zones)
-        self.pipeline = Pipeline(config, self.upstreams, self.access_log, Limiter(self.store))
+        self.banlist = BanList()
+        self.bans: LocalBans | RedisBans | None = None
+        self.admin: AdminApi | None = None
+        self.serves_admin = not reuse_port  # with several workers, the master serves it
+        self.pipeline = Pipeline(config, self.upstreams, self.access_log, Limiter(self.store), self.banlist)
         self.runner: web.ServerRunner | None = None
         self.stopped = asyncio.Event()
         self._stopping = False
@@ -59,6 +68,13 @@ class GatewayServer:
         starter = getattr(self.store, "start", None)
         if starter is not None:
             await starter()
+        if isinstance(self.store, SharedStoreClient):
+            self.store.on_bans = self.banlist.replace
+        self.bans = open_bans(self.config.spec, self.store, self.banlist, follow=True)
+        if self.bans is not None:
+            await self.bans.start()
+        if self.serves_admin and self.bans is not None and self.config.spec.admin.listen is not None:
+            await self._start_admin()
         self.upstreams.update(dict(self.config.spec.upstreams))
         server = web.Server(
             self.pipeline.handle,
@@ -83,6 +99,21 @@ class GatewayServer:
             await site.start()
         for host, port in self.bound_addresses:
             log.log(errorlog.NOTICE, "listening on %s:%s", host, port)
+
+    async def _start_admin(self) -> None:
+        assert self.bans is not None and self.config.spec.admin.listen is not None
+        host, port = self.config.spec.admin.listen
+        self.admin = AdminApi(self.bans, self.reload, self.status, self.config.spec.admin.token)
+        try:
+            await self.admin.start(host, port)
+        except OSError as exc:
+            log.error("admin API not started: bind() to %s:%s failed (%s)", host, port, exc.strerror)
+            self.admin = None
+            return
+        log.log(errorlog.NOTICE, "admin API on %s:%s", host, port)
+
+    def status(self) -> dict[str, Any]:
+        return node_status(self.config, self.store, self.banlist)
 
     @property
     def bound_addresses(self) -> list[tuple[str, int]]:
@@ -112,6 +143,10 @@ class GatewayServer:
         try:
             if self.runner is not None:
                 await self.runner.cleanup()
+            if self.admin is not None:
+                await self.admin.close()
+            if self.bans is not None:
+                await self.bans.close()
             await self.upstreams.close()
             await self.store.close()
         finally:
@@ -163,6 +198,25 @@ async def _close_later(pools: list) -> None:  # type: ignore[type-arg]
     await asyncio.sleep(60)
     for pool in pools:
         await pool.close()
+
+
+def node_status(config: CompiledConfig, store: Any, banlist: BanList) -> dict[str, Any]:
+    """What /status reports about this node's limits."""
+    status: dict[str, Any] = {
+        "store": getattr(store, "kind", "redis"),
+        "routes": len(config.routes),
+        "bans": len(banlist),
+    }
+    breaker = getattr(store, "breaker", None)
+    if breaker is not None:
+        status["redis_circuit"] = "open" if breaker.open else "closed"
+    zones = getattr(store, "zones", None)
+    if isinstance(store, MemoryStore) and zones:
+        status["zones"] = {
+            name: {"type": zone.kind, "keys": len(zone), "bytes": zone.used, "size": zone.size}
+            for name, zone in zones.items()
+        }
+    return status
 
 
 def _bind(host: str, port: int, reuse_port: bool) -> socket.socket:

@@ -24,14 +24,18 @@ import signal
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import Any
 
 from gateway import errorlog
+from gateway.admin import AdminApi
 from gateway.background import spawn
+from gateway.bans import BanList, LocalBans
 from gateway.config import load_config
 from gateway.errors import ConfigErrors
 from gateway.overrides import Overrides
 from gateway.plan import CompiledConfig
-from gateway.store import SOCKET_ENV
+from gateway.server import node_status
+from gateway.store import SOCKET_ENV, open_bans
 from gateway.store.memory import MemoryStore
 from gateway.store.shared import SharedStoreServer
 
@@ -56,27 +60,52 @@ class Supervisor:
         self.extra_env = extra_env or {}
         self.workers: dict[int, asyncio.subprocess.Process] = {}
         self.store: MemoryStore | None = None
+        self.banlist = BanList()
         self._tmpdir = ""
         self.stopping = False
         self.done = asyncio.Event()
 
     async def run(self) -> int:
         shared = None
-        if self.config.spec.store.redis is None:
+        spec = self.config.spec
+        bans = open_bans(spec, None, self.banlist, follow=False)
+        if spec.store.redis is None:
             # One embedded store for the whole node, served to the workers.
             self._tmpdir = tempfile.mkdtemp(prefix="gateway-")
             path = os.path.join(self._tmpdir, "store.sock")
             self.store = MemoryStore()
-            self.store.configure(self.config.spec.zones)
+            self.store.configure(spec.zones)
             shared = SharedStoreServer(self.store, path)
             await shared.start()
             self.extra_env[SOCKET_ENV] = path
+            if isinstance(bans, LocalBans):
+                bans.listeners.append(shared.push_bans)
+        admin = None
+        if bans is not None and spec.admin.listen is not None:
+            admin = AdminApi(bans, self.reload, self.status, spec.admin.token)
+            try:
+                await admin.start(*spec.admin.listen)
+                log.log(errorlog.NOTICE, "admin API on %s:%s", *spec.admin.listen)
+            except OSError as exc:
+                log.error("admin API not started: bind() to %s:%s failed (%s)", *spec.admin.listen, exc.strerror)
+                admin = None
         try:
             return await self._run()
         finally:
+            if admin is not None:
+                await admin.close()
+            if bans is not None:
+                await bans.close()
             if shared is not None:
                 await shared.close()
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def status(self) -> dict[str, Any]:
+        status = node_status(self.config, self.store, self.banlist)
+        status["workers"] = sorted(proc.pid for proc in self.workers.values())
+        if self.config.spec.store.redis is not None:
+            status["store"] = "redis"
+        return status
 
     async def _run(self) -> int:
         loop = asyncio.get_running_loop()

@@ -6,6 +6,45 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Gateway, Upstream, free_port
+from tests.redis_procs import RedisCluster, RedisSentinelSet, RedisServer, require_redis_binaries
+
+
+@pytest.fixture(scope="session")
+def redis_session() -> Iterator[RedisServer]:
+    """One redis-server for tests that isolate themselves with a key prefix."""
+    require_redis_binaries()
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """3 masters on loopback for the whole session; tests isolate with key prefixes."""
+    require_redis_binaries()
+    cluster = RedisCluster(3, 0, base_dir=tmp_path_factory.mktemp("redis-cluster"))
+    cluster.start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelSet]:
+    """A master, a replica and a sentinel ("mymaster"); a test that fails over heals it after."""
+    require_redis_binaries()
+    sentinels = RedisSentinelSet(1, base_dir=tmp_path_factory.mktemp("redis-sentinel"))
+    sentinels.start()
+    yield sentinels
+    sentinels.close()
+
+
+@pytest.fixture
+def redis_fresh() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, free to be killed and restarted."""
+    require_redis_binaries()
+    server = RedisServer().start()
+    yield server
+    server.close()
 
 
 @pytest.fixture

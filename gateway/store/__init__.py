@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from gateway.bans import BanList, LocalBans, RedisBans
 from gateway.config.schema import ConfigSpec
 from gateway.store.base import Store
 
@@ -17,6 +18,10 @@ SOCKET_ENV = "GATEWAY_STORE_SOCKET"
 
 
 def make_store(spec: ConfigSpec) -> Store:
+    if spec.store.redis is not None:
+        from gateway.store.redis import RedisStore
+
+        return RedisStore(spec.store.redis)
     socket_path = os.environ.get(SOCKET_ENV)
     if socket_path:
         from gateway.store.shared import SharedStoreClient
@@ -25,3 +30,36 @@ def make_store(spec: ConfigSpec) -> Store:
     from gateway.store.memory import MemoryStore
 
     return MemoryStore()
+
+
+def open_bans(spec: ConfigSpec, store: Store | None, banlist: BanList, *, follow: bool) -> LocalBans | RedisBans | None:
+    """Where this process reads and writes manual bans (None: it only receives them).
+
+    ``follow``: keep ``banlist`` current from Redis (serving processes); the master of
+    several Redis-backed workers only needs to write, so it does not follow.
+    """
+    redis_spec = spec.store.redis
+    if redis_spec is not None:
+        from gateway.store.redis import RedisStore, connect
+
+        interval = spec.bans.sync_interval_ms / 1000
+        if isinstance(store, RedisStore):
+            return RedisBans(
+                store.client,
+                store.prefix,
+                banlist,
+                sync_interval_s=interval,
+                subscriber=store.subscriber if follow else None,
+                timeout_s=max(1.0, store.timeout),
+            )
+        client = connect(redis_spec, max(1.0, redis_spec.timeout_ms / 1000))
+        return RedisBans(
+            client,
+            redis_spec.prefix.encode(),
+            banlist,
+            sync_interval_s=interval,
+            subscriber=(lambda: connect(redis_spec, None)) if follow else None,
+        )
+    if os.environ.get(SOCKET_ENV):
+        return None  # a worker: the master owns the bans and pushes them here
+    return LocalBans(banlist)

@@ -12,6 +12,7 @@ Wire format: frames of a 4-byte big-endian length and a ``marshal``-encoded tupl
                        (CONN, req_id, desc_id, conn_keys)
                        (RELEASE, lease_id)
     master -> worker   (req_id, verdict tuple) or (req_id, None, error text)
+                       (0, [ban JSON, ...])   the node's manual bans, on connect and on change
 
 Slots taken for a worker are leases; if the worker's connection drops (it died),
 the master releases everything it held.
@@ -23,11 +24,12 @@ import asyncio
 import contextlib
 import marshal
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gateway import errorlog
+from gateway.bans import Ban
 from gateway.errors import StoreUnavailable
 from gateway.limits import conn as conn_logic
 from gateway.limits.conn import ConnDecision
@@ -138,6 +140,15 @@ class SharedStoreServer:
         self.path = path
         self._server: asyncio.AbstractServer | None = None
         self._next_lease = 1
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._bans: list[str] = []
+
+    def push_bans(self, bans: Sequence[Ban]) -> None:
+        """Send the node's ban list to every worker (they only ever read their copy)."""
+        self._bans = [ban.to_json() for ban in bans]
+        frame = _frame((0, self._bans))
+        for writer in list(self._writers):
+            writer.write(frame)
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, path=self.path)
@@ -151,6 +162,8 @@ class SharedStoreServer:
         routes: dict[int, _Limits] = {}
         leases: dict[int, ConnDecision] = {}
         store = self.store
+        self._writers.add(writer)
+        writer.write(_frame((0, self._bans)))
         try:
             while True:
                 message = await _read_frame(reader)
@@ -181,6 +194,7 @@ class SharedStoreServer:
         finally:
             for decision in leases.values():  # the worker is gone: its slots with it
                 conn_logic.release(decision.taken)
+            self._writers.discard(writer)
             writer.close()
 
     def _lease(self, leases: dict[int, ConnDecision], decision: ConnDecision | None) -> int:
@@ -209,6 +223,7 @@ class SharedStoreClient:
         self._routes: dict[int, tuple[RoutePlan, int]] = {}
         self._next_id = 1
         self._reader_task: asyncio.Task[None] | None = None
+        self.on_bans: Callable[[list[Ban]], None] | None = None
 
     def configure(self, zones: Any) -> None:
         """Zones live in the master, which reloads before it signals the workers."""
@@ -231,6 +246,10 @@ class SharedStoreClient:
         try:
             while True:
                 message = await _read_frame(self._reader)
+                if message[0] == 0:
+                    if self.on_bans is not None:
+                        self.on_bans([Ban.from_json(text) for text in message[1]])
+                    continue
                 future = self._pending.pop(message[0], None)
                 if future is not None and not future.done():
                     future.set_result(message)

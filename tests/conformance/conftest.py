@@ -6,6 +6,7 @@ The ``store`` fixture is parametrised; a store joins the suite by adding itself 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,8 +37,39 @@ async def _memory(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
     yield MemoryStore(clock_ms=clock)
 
 
-STORES: dict[str, Callable[[FakeClock, Any], AsyncIterator[Store]]] = {"memory": _memory}
-ENGINE = {"memory": "nginx"}  # which arithmetic the store follows: nginx (integer) or resty (float)
+async def _redis(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
+    from gateway.config.schema import RedisSpec
+    from gateway.store.redis import RedisStore
+
+    server = request.getfixturevalue("redis_session")
+    prefix = f"t{uuid.uuid4().hex[:12]}:"
+    store = RedisStore(RedisSpec(url=server.url, timeout_ms=2000, on_error="allow", prefix=prefix), clock_ms=clock)
+    await store.start()
+    yield store
+
+
+async def _redis_cluster(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
+    from gateway.config.schema import RedisSpec
+    from gateway.store.redis import RedisStore
+
+    cluster = request.getfixturevalue("redis_cluster")
+    prefix = f"t{uuid.uuid4().hex[:12]}:"
+    spec = RedisSpec(cluster=tuple(cluster.seed_urls), timeout_ms=2000, on_error="allow", prefix=prefix)
+    store = RedisStore(spec, clock_ms=clock)
+    await store.start()
+    yield store
+
+
+STORES: dict[str, Callable[[FakeClock, Any], AsyncIterator[Store]]] = {
+    "memory": _memory,
+    "redis": _redis,
+    "redis_cluster": _redis_cluster,
+}
+ENGINE = {
+    "memory": "nginx",
+    "redis": "resty",
+    "redis_cluster": "resty",
+}  # the arithmetic a store follows: nginx (integer) or resty (float)
 
 
 @pytest.fixture

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.conformance.conftest import Scenario, config
+
+
+async def settle() -> None:
+    """Releases are fire-and-forget in a shared store: let them land."""
+    await asyncio.sleep(0.05)
+
 
 ZONES = "  c: {type: conn, key: $arg_u}\n  c2: {type: conn, key: $arg_u}"
 ROUTES = (
@@ -33,6 +41,7 @@ async def test_v10_slots_are_held_and_rolled_back(store, clock):
     route = s.routes["/five"]
     for decision in (held, five, other, c2):
         store.release(route, decision)
+    await settle()
     assert (await s.hit("/one", 0, conn=b"u")).verdict.conn.rejected == -1
 
 
@@ -58,5 +67,6 @@ async def test_a_delayed_request_takes_its_slot_later(store, clock):
     assert second.delay_ms == 1000
     assert second.verdict.conn is None  # not taken while it waits
     store.release(s.routes["/"], first.verdict.conn)
+    await settle()
     later = await store.acquire_conn(s.routes["/"], [b"u"])
     assert later.rejected == -1

@@ -99,11 +99,14 @@ async def test_v4_dry_run_accounts_but_never_refuses(store, clock):
     )
     assert (await s.hit("/delay", 0)).req == "PASSED"
     delayed = await s.hit("/delay", 1)
-    assert (delayed.req, delayed.delay_ms) == ("DELAYED_DRY_RUN", 62500)
+    # nginx truncates the 1 ms leak at 1r/m to 0; lua-resty leaks 0.016 m-req (excess 999.984)
+    expected_delay = 62500 if store.engine == "nginx" else 62499
+    assert (delayed.req, delayed.delay_ms) == ("DELAYED_DRY_RUN", expected_delay)
     assert (await s.hit("/reject", 2)).req == "REJECTED_DRY_RUN"
     final = await s.hit("/reject/off", 3)
     assert final.req == "REJECTED"
-    assert final.excess == 2000  # 1000 stored by the dry-run delayed request + 1000
+    # 1000 stored by the dry-run delayed request + 1000 (lua-resty: 999.984 - 0.032 + 1000, truncated)
+    assert final.excess == (2000 if store.engine == "nginx" else 1999)
 
 
 @pytest.mark.parametrize(
@@ -208,7 +211,13 @@ async def test_ban_rejects_without_charging_until_it_ends(store, clock):
         results.append((outcome.req, outcome.verdict.req.rc))
     # V16 (lua-resty-redis-ratelimit sanity.t TEST 8): #1 passes, #2 overflows and starts a
     # 2 s ban, #3..#11 are forbidden, #12 (t = 2.2 s, after the ban) starts afresh.
-    assert [r for r, _ in results] == ["PASSED"] + ["REJECTED"] * 10 + ["PASSED"]
+    assert [r for r, _ in results[:11]] == ["PASSED"] + ["REJECTED"] * 10
     assert results[1][1] == 3 and all(rc == 5 for _, rc in results[2:11])
-    assert (await s.hit("/", 2201, b"bad")).req == "REJECTED"  # and the next overflow bans again
     assert (await s.hit("/", 2400, b"good")).req == "PASSED"  # other keys are unaffected
+    if store.engine == "resty":
+        # lua-resty-redis-ratelimit's ban is a Redis TTL: it runs on Redis' clock, not the
+        # caller's, so a fake clock cannot end it (tests/test_redis_store.py checks it in real time).
+        assert results[11][0] == "REJECTED"
+        return
+    assert results[11][0] == "PASSED"
+    assert (await s.hit("/", 2201, b"bad")).req == "REJECTED"  # and the next overflow bans again

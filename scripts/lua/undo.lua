@@ -1,0 +1,40 @@
+--[[ undo: take back what request.lua charged for one request (Redis Cluster only).
+
+On a cluster a request's keys may sit in several slots, each evaluated by its own
+request.lua call. When one group rejects the request while another committed it,
+the committed group is undone here (like resty.limit.req's uncommit):
+  r  limit_req key:   excess - 1000 (not below 0), last and expiry kept
+  c  limit_count key: used - 1, window kept
+  n  limit_conn key:  the request's lease removed
+
+  EVALSHA <sha> <n> <keys...> <member> <kind per key...>
+]]
+
+local member = ARGV[1]
+for i, key in ipairs(KEYS) do
+  local kind = ARGV[i + 1]
+  if kind == 'r' then
+    local raw = redis.call('GET', key)
+    if raw then
+      local ok, state = pcall(cjson.decode, raw)
+      if ok and type(state) == 'table' and #state >= 3 and state[3] == 0 then
+        local excess = state[1] - 1000
+        if excess < 0 then
+          excess = 0
+        end
+        redis.call('SET', key, cjson.encode({excess, state[2], 0}), 'KEEPTTL')
+      end
+    end
+  elseif kind == 'c' then
+    local raw = redis.call('GET', key)
+    if raw then
+      local used, window_end = string.match(raw, '^(%d+):(%d+)$')
+      if used and tonumber(used) > 0 then
+        redis.call('SET', key, string.format('%d:%d', tonumber(used) - 1, tonumber(window_end)), 'KEEPTTL')
+      end
+    end
+  elseif kind == 'n' then
+    redis.call('ZREM', key, member)
+  end
+end
+return #KEYS
