@@ -23,6 +23,7 @@ RateLimit header mapping (documented in the README):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -30,6 +31,7 @@ from multidict import CIMultiDict
 
 from gateway import errorlog, responses
 from gateway.context import RequestContext
+from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
 from gateway.limits.conn import ConnDecision
 from gateway.plan import ReqLimit, RoutePlan
@@ -63,18 +65,26 @@ class Admission:
     conn: ConnDecision | None = None
     conn_keys: list[bytes] = field(default_factory=list)
     items: list[str] = field(default_factory=list)  # RateLimit field items
+    bypassed: bool = False  # the store was unavailable and on_error let the request through
 
 
 class Limiter:
     def __init__(self, store: Store) -> None:
         self.store = store
+        # What to do when the shared store cannot answer: "allow" or "deny". (A Redis
+        # store with on_error: local falls back to its embedded store by itself.)
+        self.on_error = getattr(getattr(store, "spec", None), "on_error", "allow")
+        self._last_outage_log = 0.0
 
     async def admit(self, route: RoutePlan, ctx: RequestContext) -> Admission:
         """Evaluate limit_req and limit_count (and limit_conn when there is no delay)."""
         req_keys = [limit.key(ctx) for limit in route.limit_req]
         count_keys = [limit.key(ctx) for limit in route.limit_count]
         conn_keys = [limit.key(ctx) for limit in route.limit_conn]
-        verdict = await self.store.admit(route, req_keys, count_keys, conn_keys)
+        try:
+            verdict = await self.store.admit(route, req_keys, count_keys, conn_keys)
+        except StoreUnavailable as exc:
+            return self._store_down(route, ctx, exc)
         admission = Admission(route=route, verdict=verdict, conn_keys=conn_keys)
         dry = route.dry_run
         accept = ctx.headers.get("Accept", "")
@@ -138,9 +148,15 @@ class Limiter:
     async def take_conn(self, admission: Admission, ctx: RequestContext) -> None:
         """limit_conn for a request that waited out a limit_req delay."""
         route = admission.route
-        if not route.limit_conn or admission.conn is not None:
+        if not route.limit_conn or admission.conn is not None or admission.bypassed:
             return
-        decision = await self.store.acquire_conn(route, admission.conn_keys)
+        try:
+            decision = await self.store.acquire_conn(route, admission.conn_keys)
+        except StoreUnavailable as exc:
+            down = self._store_down(route, ctx, exc)
+            admission.response = down.response
+            admission.bypassed = True
+            return
         admission.conn = decision
         status, retry_after = self._conn_outcome(ctx, admission, decision, 0)
         if status:
@@ -158,6 +174,20 @@ class Limiter:
         if admission.items:
             out.append(("RateLimit", ", ".join(admission.items)))
         return out
+
+    def _store_down(self, route: RoutePlan, ctx: RequestContext, exc: StoreUnavailable) -> Admission:
+        """The store did not answer in time: apply ``on_error`` (logged at most once a second)."""
+        now = time.monotonic()
+        if now - self._last_outage_log >= 1.0:
+            self._last_outage_log = now
+            verb = "rejecting requests with 503" if self.on_error == "deny" else "letting requests through"
+            errorlog.log.error("limit store unavailable (%s): on_error=%s, %s", exc, self.on_error, verb)
+        admission = Admission(route=route, bypassed=True)
+        if self.on_error == "deny":
+            headers: CIMultiDict[str] = CIMultiDict({"Retry-After": "1"})
+            accept = ctx.headers.get("Accept", "")
+            admission.response = responses.error(503, accept, "rate limit state unavailable", headers=headers)
+        return admission
 
     # -- helpers ---------------------------------------------------------------------------------
     def _req_rejection(
