@@ -54,6 +54,11 @@ class Pipeline:
                 ctx.status = 499
                 self.access_log.write(ctx, request, None, time.monotonic() - ctx.started)
             raise
+        except ConnectionResetError:
+            # The client went away while we wrote to it. aiohttp's attempt to finish this
+            # placeholder fails quietly and logs the request, with our 499.
+            ctx.status = 499
+            return web.Response(status=499)
 
     async def _handle(
         self, request: web.BaseRequest, ctx: RequestContext, config: CompiledConfig
@@ -117,17 +122,19 @@ class Pipeline:
     ) -> web.StreamResponse:
         # 5. proxy (and 6. the log line, written when the response is done)
         pool = self.upstreams.pools[route.upstream]
-        websocket = is_websocket_upgrade(request.headers)
-        headers = upstream_request_headers(
-            request.headers,
-            peer_ip=ctx.peer.text,
-            client_ip=ctx.client.text,
-            trusted_peer=bool(config.realip.trusted) and ctx.peer in config.realip.trusted,
-            scheme=ctx.scheme,
-            host_override=pool.spec.host,
-            websocket=websocket,
-        )
-        if websocket:
+        trusted_peer = bool(config.realip.trusted) and ctx.peer in config.realip.trusted
+        if is_websocket_upgrade(request.headers):
+            headers = upstream_request_headers(
+                request.headers,
+                peer_ip=ctx.peer.text,
+                client_ip=ctx.client.text,
+                trusted_peer=trusted_peer,
+                scheme=ctx.scheme,
+                host_override=pool.spec.host,
+                websocket=True,
+            )
             return await forward_websocket(request, ctx, pool, headers)
         extra = self.limiter.headers(admission) if admission is not None else ()
-        return await forward_http(request, ctx, pool, headers, route.client_max_body_size, extra)
+        return await forward_http(
+            request, ctx, pool, request.headers, route.client_max_body_size, extra, trusted_peer=trusted_peer
+        )

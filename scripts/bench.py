@@ -13,6 +13,7 @@ Targets:
   gateway       the gateway, one worker, no limits (only routing, logging off)
   gateway+log   the same with the access log on (combined format, to /dev/null)
   gateway+req   one limit_req zone (embedded store) that never rejects
+  gateway+redis the same zone on a Redis store (a redis-server started for the run)
 """
 
 from __future__ import annotations
@@ -83,14 +84,17 @@ http {{ access_log off; client_body_temp_path {tmp}/nginx; proxy_temp_path {tmp}
     return proc, port, kind
 
 
-def gateway_config(port: int, upstream: int, *, log: bool, limit: bool) -> str:
+def gateway_config(port: int, upstream: int, *, log: bool, limit: bool, redis_port: int = 0) -> str:
     text = f"""
 listen: 127.0.0.1:{port}
 workers: 1
+admin: {{listen: off}}
 log: {{access: {"/dev/null" if log else "off"}, format: combined}}
 upstreams:
   app: {{servers: [127.0.0.1:{upstream}], keepalive: 128}}
 """
+    if redis_port:
+        text += f'store:\n  redis: {{url: "redis://127.0.0.1:{redis_port}/0", timeout: 200ms}}\n'
     if limit:
         text += "zones:\n  bench: {type: req, key: $binary_remote_addr, rate: 1000000r/s}\n"
     text += "routes:\n  - location: /\n    upstream: app\n"
@@ -99,13 +103,45 @@ upstreams:
     return text
 
 
-def start_target(name: str, tmp: Path, upstream: int) -> tuple[subprocess.Popen, int]:
+def start_redis(tmp: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    others = f"1-{(os.cpu_count() or 2) - 1}"
+    proc = subprocess.Popen(
+        pin(others)
+        + [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    wait_port(port)
+    return proc, port
+
+
+def start_target(name: str, tmp: Path, upstream: int, redis_port: int = 0) -> tuple[subprocess.Popen, int]:
     port = free_port()
     if name == "baseline":
         cmd = [PY, str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{upstream}"]
     else:
         conf = tmp / f"{name}.yaml"
-        conf.write_text(gateway_config(port, upstream, log=name == "gateway+log", limit=name == "gateway+req"))
+        conf.write_text(
+            gateway_config(
+                port,
+                upstream,
+                log=name == "gateway+log",
+                limit=name in ("gateway+req", "gateway+redis"),
+                redis_port=redis_port if name == "gateway+redis" else 0,
+            )
+        )
         cmd = [PY, "-m", "gateway", "run", "-c", str(conf)]
     proc = subprocess.Popen(pin("0") + cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
     wait_port(port)
@@ -133,7 +169,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--targets", default="baseline,gateway,gateway+log,gateway+req")
+    parser.add_argument("--targets", default="baseline,gateway,gateway+log,gateway+req,gateway+redis")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed (apt-get install wrk)")
@@ -141,10 +177,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         upstream, up_port, kind = start_upstream(tmp)
+        redis_proc, redis_port = start_redis(tmp) if "gateway+redis" in targets else (None, 0)
         procs = {}
         try:
             for name in targets:
-                procs[name] = start_target(name, tmp, up_port)
+                procs[name] = start_target(name, tmp, up_port, redis_port)
             for _proc, port in procs.values():
                 wrk(port, 1, args.connections)  # warm-up
             results: dict[str, list[float]] = {name: [] for name in targets}
@@ -168,6 +205,9 @@ def main() -> None:
                 proc.wait(30)
             upstream.send_signal(signal.SIGTERM)
             upstream.wait(10)
+            if redis_proc is not None:
+                redis_proc.send_signal(signal.SIGTERM)
+                redis_proc.wait(10)
 
 
 if __name__ == "__main__":

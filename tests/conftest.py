@@ -13,9 +13,11 @@ from tests.redis_procs import RedisCluster, RedisSentinelSet, RedisServer, requi
 def redis_session() -> Iterator[RedisServer]:
     """One redis-server for tests that isolate themselves with a key prefix."""
     require_redis_binaries()
-    server = RedisServer().start()
-    yield server
-    server.close()
+    server = RedisServer()
+    try:
+        yield server.start()
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="session")
@@ -23,9 +25,10 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
     """3 masters on loopback for the whole session; tests isolate with key prefixes."""
     require_redis_binaries()
     cluster = RedisCluster(3, 0, base_dir=tmp_path_factory.mktemp("redis-cluster"))
-    cluster.start()
-    yield cluster
-    cluster.close()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
 
 
 @pytest.fixture(scope="session")
@@ -33,18 +36,21 @@ def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSe
     """A master, a replica and a sentinel ("mymaster"); a test that fails over heals it after."""
     require_redis_binaries()
     sentinels = RedisSentinelSet(1, base_dir=tmp_path_factory.mktemp("redis-sentinel"))
-    sentinels.start()
-    yield sentinels
-    sentinels.close()
+    try:
+        yield sentinels.start()
+    finally:
+        sentinels.close()
 
 
 @pytest.fixture
 def redis_fresh() -> Iterator[RedisServer]:
     """A redis-server of this test's own, free to be killed and restarted."""
     require_redis_binaries()
-    server = RedisServer().start()
-    yield server
-    server.close()
+    server = RedisServer()
+    try:
+        yield server.start()
+    finally:
+        server.close()
 
 
 @pytest.fixture

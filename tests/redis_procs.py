@@ -14,7 +14,8 @@ so that the helpers need no redis-py client objects to close.
 
 Public API (see the report / docstrings for details):
 
-* ``free_port(cluster_bus=False)``; ``command(port, *args)``; ``info(port)``;
+* ``free_port(cluster_bus=False)``; ``command(port, *args)``; ``pipeline(port, *cmds)``;
+  ``info(port)``;
   ``wait_until(fn, timeout, what=...)``; ``require_redis_binaries()``.
 * ``RedisServer``: one process; ``start/stop/kill/restart/pause/resume/close``.
 * ``RedisCluster``: N masters (+ replicas) made with ``redis-cli --cluster create``.
@@ -27,6 +28,7 @@ Public API (see the report / docstrings for details):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import random
 import shutil
@@ -200,6 +202,22 @@ def command(port: int, *args: Any, host: str = HOST, timeout: float = 2.0) -> An
             return _read_reply(stream)
 
 
+def pipeline(port: int, *commands: Sequence[Any], host: str = HOST, timeout: float = 2.0) -> list[Any]:
+    """Send several commands on ONE connection (e.g. ``SET`` then ``WAIT``, which only
+    counts the acks of its own connection's writes). Error replies are returned as
+    ``RedisReplyError`` instances, not raised."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(b"".join(_encode(cmd) for cmd in commands))
+        replies: list[Any] = []
+        with sock.makefile("rb") as stream:
+            for _ in commands:
+                try:
+                    replies.append(_read_reply(stream))
+                except RedisReplyError as exc:
+                    replies.append(exc)
+        return replies
+
+
 def parse_info(text: str) -> dict[str, str]:
     result: dict[str, str] = {}
     for line in text.splitlines():
@@ -258,10 +276,8 @@ def _kill_leftovers() -> None:
     with _live_lock:
         servers = list(_live)
     for server in servers:
-        try:
+        with contextlib.suppress(Exception):  # best effort at exit
             server.kill()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
 
 
 atexit.register(_kill_leftovers)
@@ -292,7 +308,7 @@ class RedisServer:
 
         redis-server --port P --bind 127.0.0.1 --save "" --appendonly no
                      --dir <dir> --daemonize no --enable-debug-command local
-                     --repl-diskless-sync-delay 0 [args...]
+                     --repl-diskless-sync-delay 0 --shutdown-on-sigterm "nosave now" [args...]
 
     with stdout/stderr appended to ``<dir>/redis.log``. With ``sentinel_config``
     it instead writes ``<dir>/sentinel.conf`` (``port``/``bind``/``dir`` lines first,
@@ -383,6 +399,9 @@ class RedisServer:
     def command(self, *args: Any, timeout: float = 2.0) -> Any:
         return command(self.port, *args, timeout=timeout)
 
+    def pipeline(self, *commands: Sequence[Any], timeout: float = 2.0) -> list[Any]:
+        return pipeline(self.port, *commands, timeout=timeout)
+
     def info(self, section: str | None = None, *, timeout: float = 2.0) -> dict[str, str]:
         return info(self.port, section, timeout=timeout)
 
@@ -411,6 +430,8 @@ class RedisServer:
                 "--enable-debug-command", "local",
                 # Full syncs start at once (the default waits 5 s for more replicas).
                 "--repl-diskless-sync-delay", "0",
+                # SIGTERM (stop()) must not wait up to 10 s for a lagging/paused replica.
+                "--shutdown-on-sigterm", "nosave now",
                 *self.args,
             ]  # fmt: skip
         # Die with the test process even if it is SIGKILLed. PDEATHSIG fires when the
@@ -459,7 +480,6 @@ class RedisServer:
             return self
 
     def _spawn(self) -> int:
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             log.write(f"==== {time.strftime('%H:%M:%S')} starting {self.name} on port {self.port}\n".encode())
             log.flush()
@@ -500,10 +520,8 @@ class RedisServer:
                 return
             if pid is not None:
                 # Something else answers on our port: ours will fail its bind.
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=max(0.1, min(3.0, deadline - time.monotonic())))
-                except subprocess.TimeoutExpired:
-                    pass
                 raise _AddressInUse(f"another server (pid {pid}) answers on port {self.port}")
             if time.monotonic() >= deadline:
                 self._reap(force=True)
@@ -616,12 +634,10 @@ class _Group:
         for server in self._all_servers():
             try:
                 server.stop()
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 errors.append(exc)
-                try:
+                with contextlib.suppress(BaseException):
                     server.kill()
-                except BaseException:  # noqa: BLE001
-                    pass
         if errors:
             raise errors[0]
 
@@ -705,9 +721,7 @@ class RedisCluster(_Group):
             "--cluster-yes",
         ]  # fmt: skip
         try:
-            done = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False
-            )
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as exc:
             out = (exc.stdout or b"").decode(errors="replace")
             raise RedisStartError(f"redis-cli --cluster create timed out\n{out}\n{self.logs()}") from None
@@ -831,6 +845,7 @@ class RedisCluster(_Group):
             if dead:
                 raise NotReady(f"{node.name}: slots still assigned to stopped node(s) {sorted(dead)}")
             maps.append(slot_map)
+            self._check_roles(node, alive_ports)
             repl = node.info("replication", timeout=1.0)
             if repl.get("role") == "slave" and repl.get("master_link_status") != "up":
                 raise NotReady(f"{node.name}: replica link {repl.get('master_link_status')}")
@@ -838,9 +853,30 @@ class RedisCluster(_Group):
             raise NotReady("nodes disagree on the slot map")
         return True
 
+    def _check_roles(self, node: RedisServer, alive_ports: set[int]) -> None:
+        """``node``'s CLUSTER NODES view: ``n_masters`` masters own the slots, and every
+        other running node is a replica of one of them. (Right after ``--cluster
+        create`` the replicas are still empty masters until CLUSTER REPLICATE
+        propagates.) Stopped/paused nodes are skipped: their flags lag."""
+        rows = self.cluster_nodes(node)
+        owners = {r["id"] for r in rows if "master" in r["flags"] and r["slots"]}
+        if len(owners) != self.n_masters:
+            raise NotReady(f"{node.name} sees {len(owners)} masters with slots, expected {self.n_masters}")
+        for row in rows:
+            if row["port"] not in alive_ports:
+                continue
+            bad = row["flags"] & {"fail", "fail?", "handshake", "noaddr"}
+            if bad:
+                raise NotReady(f"{node.name} flags port {row['port']} as {sorted(bad)}")
+            if "master" in row["flags"] and not row["slots"]:
+                raise NotReady(f"{node.name} sees port {row['port']} as a master without slots")
+            if "slave" in row["flags"] and row["master_id"] not in owners:
+                raise NotReady(f"{node.name} sees replica {row['port']} of a master without slots")
+
     def wait_ok(self, timeout: float = 20.0) -> None:
         """Wait until every responsive node reports cluster_state:ok, all slots are covered
-        by responsive masters, all nodes agree on CLUSTER SLOTS and replicas are in sync.
+        by responsive masters, all nodes agree on CLUSTER SLOTS and on the roles (no
+        failed/empty masters, every replica attached) and replicas are in sync.
 
         After ``kill_node`` of a master with replicas this is also the wait for the
         failover; with no replicas it times out (the slots stay on the dead node)."""
@@ -1064,9 +1100,9 @@ class RedisSentinelSet(_Group):
             seen = set()
             for raw in sentinel.command("SENTINEL", "REPLICAS", self.master_name, timeout=1.0):
                 rep = pairs_to_dict(raw)
-                if rep.get("flags") == "slave" and rep.get("master-link-status") == "ok":
-                    if int(rep.get("master-port", -1)) == master.port:
-                        seen.add(int(rep["port"]))
+                healthy = rep.get("flags") == "slave" and rep.get("master-link-status") == "ok"
+                if healthy and int(rep.get("master-port", -1)) == master.port:
+                    seen.add(int(rep["port"]))
             missing = expect_replicas - seen
             if missing:
                 raise NotReady(f"{sentinel.name} does not yet see healthy replica(s) {sorted(missing)}")
@@ -1131,7 +1167,7 @@ class RedisSentinelSet(_Group):
             addrs = {self.master_addr_from(s) for s in self.sentinels if s.is_responsive}
             if len(addrs) != 1:
                 raise NotReady(f"sentinels disagree: {sorted(addrs)}")
-            (_, port), = addrs
+            ((_, port),) = addrs
             if port == old.port:
                 raise NotReady(f"sentinels still report {old.name}")
             node = self._by_port(port)
@@ -1205,11 +1241,12 @@ class RedisSentinelSet(_Group):
 
 # --------------------------------------------------------------------------- fixtures
 #
-# Register in tests/conftest.py with e.g.
-#     from tests.redis_procs import redis_cluster, redis_sentinel, redis_server, redis_server_factory  # noqa: F401
+# Each has an explicit name=, so it can be imported under any alias, e.g. in a conftest:
+#     from tests.redis_procs import redis_server as redis_server_fixture
+# registers the fixture "redis_server" (an alias also avoids ruff's F811 in test modules).
 
 
-@pytest.fixture
+@pytest.fixture(name="redis_server")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A fresh standalone redis-server for one test."""
     require_redis_binaries()
@@ -1221,7 +1258,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         server.close()
 
 
-@pytest.fixture
+@pytest.fixture(name="redis_server_factory")
 def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RedisServer]]:
     """``make(**RedisServer kwargs)`` -> a started server; all are stopped after the test."""
     require_redis_binaries()
@@ -1241,7 +1278,7 @@ def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
             server.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", name="redis_cluster")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """3 masters, no replicas, shared by a test module. A test that breaks it should
     call ``redis_cluster.heal()`` (e.g. in a ``finally``)."""
@@ -1254,7 +1291,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
         cluster.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", name="redis_sentinel")
 def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelSet]:
     """Master + 1 replica + 1 sentinel (``mymaster``), shared by a test module. After a
     failover ``.master`` is the new master; after ``kill_master`` call

@@ -267,6 +267,7 @@ async def test_limits_count_the_whole_node_across_workers(gateway_factory, upstr
             "workers: 3\n",
         )
     )
+    await _all_workers_listening(gw, 3)
     statuses = []
     for _ in range(30):  # a fresh connection each: the kernel spreads them over the workers
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
@@ -286,6 +287,7 @@ async def test_limit_conn_across_workers_and_a_dead_worker_frees_its_slots(gatew
             "workers: 2\n",
         )
     )
+    await _all_workers_listening(gw, 2)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as holder_session:
         holder = asyncio.ensure_future(get(holder_session, gw.url + "/slow?ms=3000"))
         await asyncio.sleep(0.5)
@@ -306,6 +308,13 @@ async def test_limit_conn_across_workers_and_a_dead_worker_frees_its_slots(gatew
             ok += (await get(session, gw.url + "/echo"))[0] == 200
     assert ok == 4
     assert "exited on signal 9" in gw.stderr()
+
+
+async def _all_workers_listening(gw, count: int) -> None:
+    deadline = time.monotonic() + 20
+    while len(_worker_pids(gw)) < count:
+        assert time.monotonic() < deadline, gw.stderr()
+        await asyncio.sleep(0.05)
 
 
 def _worker_pids(gw) -> list[int]:

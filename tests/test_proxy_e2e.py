@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 import signal
 import socket
 import time
@@ -298,6 +299,19 @@ async def test_hop_by_hop_headers_are_stripped_both_ways(gateway_factory, upstre
     assert "x-up-public: visible" in head
 
 
+async def test_hop_by_hop_headers_in_lower_case_are_stripped_too(gateway_factory, upstream):
+    gw = gateway_factory(lambda p: basic_config(p, [upstream.address]))
+    await raw_request(
+        gw.port,
+        b"GET /echo HTTP/1.1\r\nhost: x\r\nconnection: close, x-private\r\nx-private: 1\r\n"
+        b"keep-alive: timeout=5\r\nte: trailers\r\nproxy-authorization: Basic eA==\r\nx-public: 2\r\n\r\n",
+    )
+    seen = seen_headers(upstream)
+    for name in ("x-private", "keep-alive", "te", "proxy-authorization"):
+        assert name not in seen, name
+    assert seen["x-public"] == "2"
+
+
 async def test_content_encoding_passes_through_untouched(gateway_factory, upstream):
     gw = gateway_factory(lambda p: basic_config(p, [upstream.address]))
     status, headers, body = await fetch(gw.url + "/gzip", headers={"Accept-Encoding": "gzip"})
@@ -377,6 +391,9 @@ async def test_several_workers_share_one_port(gateway_factory, upstream):
         )
     )
     deadline = time.monotonic() + 20
+    while len(set(re.findall(r"\] (\d+)#0: listening on", gw.stderr()))) < 3:
+        assert time.monotonic() < deadline, gw.stderr()
+        await asyncio.sleep(0.05)
     pids: set[str] = set()
     while len(pids) < 3 and time.monotonic() < deadline:
         # A fresh connection each time: SO_REUSEPORT spreads connections, not requests.

@@ -78,7 +78,9 @@ async def test_a_hung_redis_costs_at_most_the_timeout_then_nothing(redis_fresh):
         assert time.monotonic() - started < 0.05
         redis_fresh.resume()
         assert await wait_closed(store) < 1.0  # recovered within a second of Redis returning
-        assert (await admit(store)).req.rc in (nginx_req.OK, nginx_req.BUSY)
+        # (the two commands that timed out reach Redis when it resumes, and are charged then:
+        # that errs on the strict side, and is why a fresh key is used here)
+        assert (await admit(store, b"fresh")).req.rc == nginx_req.OK
     finally:
         redis_fresh.resume()
         await store.close()

@@ -5,24 +5,26 @@
 * ``proxy_next_upstream error timeout``: a connect failure or connect timeout moves
   on to the next server for any method (nothing was sent). An error or timeout
   after the request went out is retried only for idempotent requests whose body
-  was not read yet. Failures feed the balancer's ``max_fails``.
+  was not read yet. Failures feed the balancer's ``max_fails``. A pooled
+  connection the upstream had already closed is replaced once, without counting
+  as a failure (the upstream's keep-alive ended, the server is fine).
 * Outcomes: refused/down -> 502 at once; timeout -> 504; body over
   ``client_max_body_size`` -> 413.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 
-import aiohttp
 from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from gateway import errorlog, responses
 from gateway.context import RequestContext
 from gateway.proxy.balancer import Peer
-from gateway.proxy.headers import client_response_headers
+from gateway.proxy.headers import request_head, response_headers
+from gateway.proxy.http1 import Connection, ResponseHead, StaleConnection, UpstreamFailure
 from gateway.proxy.upstream import UpstreamPool
 
 BUFFER_LIMIT = 256 * 1024
@@ -31,6 +33,10 @@ _NO_BODY_STATUS = frozenset({204, 304})
 
 
 class BodyTooLarge(Exception):
+    pass
+
+
+class ClientBodyError(Exception):
     pass
 
 
@@ -49,36 +55,51 @@ class RequestBody:
             version = self.request.version
             await self.request.writer.write(f"HTTP/{version.major}.{version.minor} 100 Continue\r\n\r\n".encode())
         limit = self.limit
-        async for chunk in self.request.content.iter_any():
-            self.received += len(chunk)
-            if limit and self.received > limit:
-                raise BodyTooLarge()
-            yield chunk
+        try:
+            async for chunk in self.request.content.iter_any():
+                self.received += len(chunk)
+                if limit and self.received > limit:
+                    raise BodyTooLarge()
+                yield chunk
+        except (ConnectionError, OSError) as exc:
+            raise ClientBodyError(str(exc)) from exc
+        except Exception as exc:  # aiohttp's payload errors (truncated or malformed chunked body)
+            if isinstance(exc, BodyTooLarge):
+                raise
+            raise ClientBodyError(str(exc)) from exc
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks()
-
-
-def _cause(exc: BaseException) -> BaseException:
-    while exc.__cause__ is not None and isinstance(exc, aiohttp.ClientError):
-        exc = exc.__cause__
-    return exc
 
 
 async def forward_http(
     request: web.BaseRequest,
     ctx: RequestContext,
     pool: UpstreamPool,
-    headers: aiohttp.typedefs.LooseHeaders,
+    headers: CIMultiDictProxy[str],
     max_body: int,
     extra_headers: Sequence[tuple[str, str]] = (),
+    *,
+    trusted_peer: bool,
 ) -> web.StreamResponse:
-    accept = request.headers.get("Accept", "")
+    accept = headers.get("Accept", "")
     length = request.content_length
     if max_body and length is not None and length > max_body:
         errorlog.request_event("error", ctx, f"client intended to send too large body: {length} bytes")
         return responses.error(413, accept, "request body too large")
     body = RequestBody(request, max_body) if request.body_exists else None
+    chunked = body is not None and length is None
+    head = request_head(
+        ctx.method,
+        ctx.raw_target,
+        headers,
+        peer_ip=ctx.peer.text,
+        client_ip=ctx.client.text,
+        trusted_peer=trusted_peer,
+        scheme=ctx.scheme,
+        host_override=pool.spec.host,
+        chunked=chunked,
+    )
     method = ctx.method
     tried: set[int] = set()
     addrs: list[str] = []
@@ -93,139 +114,124 @@ async def forward_http(
         tried.add(peer.index)
         addrs.append(peer.address)
         try:
-            upstream = await pool.session.request(
-                method,
-                pool.url(peer, ctx.raw_target),
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-                ssl=pool.ssl,
-            )
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            # Nothing reached the upstream: any method may go to the next server.
-            timed_out = isinstance(exc, aiohttp.ConnectionTimeoutError)
+            conn, response = await _exchange(pool, peer, head, body, chunked)
+        except BodyTooLarge:
+            ctx.upstream_addr = ", ".join(addrs)
+            errorlog.request_event("error", ctx, f"client intended to send too large body: more than {max_body} bytes")
+            request.protocol.close()  # the rest of the body is not read: no keep-alive after the 413
+            return responses.error(413, accept, "request body too large")
+        except ClientBodyError as exc:
+            ctx.upstream_addr = ", ".join(addrs)
+            errorlog.request_event("info", ctx, f"client prematurely closed connection while sending body ({exc})")
+            return responses.error(400, accept, "client closed the request body early")
+        except UpstreamFailure as exc:
+            timed_out = exc.timeout
             statuses.append("504" if timed_out else "502")
-            _report_failure(
-                ctx,
-                pool,
-                peer,
-                "upstream timed out while connecting to upstream"
-                if timed_out
-                else f"connect() failed ({_cause(exc)!s}) while connecting to upstream",
-            )
-            continue
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            cause = _cause(exc)
-            if isinstance(cause, BodyTooLarge):
-                ctx.upstream_addr = ", ".join(addrs)
-                errorlog.request_event(
-                    "error", ctx, f"client intended to send too large body: more than {max_body} bytes"
+            ctx.upstream_addr = peer.address
+            errorlog.request_event("error", ctx, f"{exc} while talking to upstream")
+            if balancer.report(peer, failed=True):
+                errorlog.log.warning(
+                    'upstream server temporarily disabled: %s in upstream "%s"', peer.address, pool.name
                 )
-                _close_client(request)
-                return responses.error(413, accept, "request body too large")
-            if (
-                body is not None
-                and body.started
-                and isinstance(cause, (aiohttp.ClientPayloadError, ConnectionResetError))
-                and request.content.exception() is not None
-            ):
-                ctx.upstream_addr = ", ".join(addrs)
-                errorlog.request_event("info", ctx, "client prematurely closed connection while sending request body")
-                return responses.error(400, accept, "client closed the request body early")
-            timed_out = isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError))
-            statuses.append("504" if timed_out else "502")
-            _report_failure(
-                ctx,
-                pool,
-                peer,
-                "upstream timed out while reading response header from upstream"
-                if timed_out
-                else f"upstream prematurely closed connection ({cause!s})",
-            )
-            if method in NON_IDEMPOTENT or (body is not None and body.started):
-                break
+            if exc.phase != "connect" and (method in NON_IDEMPOTENT or (body is not None and body.started)):
+                break  # the request may have reached the upstream: replaying it is not safe
             continue
         balancer.report(peer, failed=False)
-        statuses.append(str(upstream.status))
+        statuses.append(str(response.status))
         ctx.upstream_addr = ", ".join(addrs)
         ctx.upstream_status = ", ".join(statuses)
         try:
-            return await _relay(request, ctx, upstream, extra_headers)
+            return await _relay(request, ctx, conn, response, pool, extra_headers)
         finally:
-            upstream.release()
             ctx.upstream_time = f"{time.monotonic() - started:.3f}"
     ctx.upstream_addr = ", ".join(addrs)
     ctx.upstream_status = ", ".join(statuses)
     ctx.upstream_time = f"{time.monotonic() - started:.3f}" if addrs else ""
     if not addrs:
         errorlog.request_event("error", ctx, f'no live upstreams while connecting to upstream "{pool.name}"')
-    status = 504 if timed_out else 502
-    return responses.error(status, accept)
+    return responses.error(504 if timed_out else 502, accept)
 
 
-def _report_failure(ctx: RequestContext, pool: UpstreamPool, peer: Peer, message: str) -> None:
-    ctx.upstream_addr = peer.address
-    errorlog.request_event("error", ctx, message)
-    if pool.balancer.report(peer, failed=True):
-        errorlog.log.warning('upstream server temporarily disabled: %s in upstream "%s"', peer.address, pool.name)
-
-
-def _close_client(request: web.BaseRequest) -> None:
-    # The rest of an oversized body is not read: close the connection after the 413.
-    request.protocol.close()
+async def _exchange(
+    pool: UpstreamPool, peer: Peer, head: bytes, body: RequestBody | None, chunked: bool
+) -> tuple[Connection, ResponseHead]:
+    """Send the request on a pooled (or new) connection and read the response head."""
+    peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
+    for _ in range(2):
+        conn = await peer_pool.acquire(pool.connect_timeout)
+        try:
+            await conn.send(head, body, chunked, pool.send_timeout)
+            return conn, await conn.read_head(pool.read_timeout)
+        except StaleConnection:
+            conn.close()
+            if body is not None and body.started:
+                raise
+            continue  # the upstream had closed this idle connection: one more try, on a fresh one
+        except BaseException:
+            conn.close()
+            raise
+    raise StaleConnection("upstream closed two connections in a row before answering")
 
 
 async def _relay(
     request: web.BaseRequest,
     ctx: RequestContext,
-    upstream: aiohttp.ClientResponse,
+    conn: Connection,
+    upstream: ResponseHead,
+    pool: UpstreamPool,
     extra_headers: Sequence[tuple[str, str]],
 ) -> web.StreamResponse:
     """Send the upstream's response; it is complete (or cut off) when this returns."""
     status = upstream.status
-    headers = client_response_headers(upstream.headers)
+    headers, length = response_headers(upstream.headers)
     for name, value in extra_headers:
         headers[name] = value
-    length = upstream.content_length
-    no_body = ctx.method == "HEAD" or status in _NO_BODY_STATUS or status < 200
-    if no_body:
+    read_timeout = pool.read_timeout
+    try:
+        no_body = ctx.method == "HEAD" or status in _NO_BODY_STATUS
+        if no_body:
+            response = web.StreamResponse(status=status, reason=upstream.reason, headers=headers)
+            if length is not None and ctx.method == "HEAD":
+                response.content_length = length
+            await response.prepare(request)
+            await response.write_eof()
+            ctx.body_bytes_sent = 0
+            conn.finish()
+            return response
+        if length is not None and length <= BUFFER_LIMIT:
+            try:
+                data = b"".join([chunk async for chunk in conn.body(read_timeout)])
+            except UpstreamFailure as exc:
+                errorlog.request_event("error", ctx, f"{exc} while reading the response body from upstream")
+                conn.close()
+                return responses.error(504 if exc.timeout else 502, request.headers.get("Accept", ""))
+            conn.finish()
+            ctx.body_bytes_sent = len(data)
+            buffered = web.Response(status=status, reason=upstream.reason, headers=headers, body=data)
+            await buffered.prepare(request)
+            await buffered.write_eof()
+            return buffered
         response = web.StreamResponse(status=status, reason=upstream.reason, headers=headers)
-        if length is not None and ctx.method == "HEAD":
+        if length is not None:
             response.content_length = length
         await response.prepare(request)
-        await response.write_eof()
-        ctx.body_bytes_sent = 0
-        return response
-    if length is not None and length <= BUFFER_LIMIT:
+        sent = 0
         try:
-            data = await upstream.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            errorlog.request_event("error", ctx, f"upstream failed while reading response body ({_cause(exc)!s})")
-            ctx.upstream_status = ctx.upstream_status or "502"
-            return responses.error(
-                504 if isinstance(exc, aiohttp.ServerTimeoutError) else 502, request.headers.get("Accept", "")
-            )
-        ctx.body_bytes_sent = len(data)
-        buffered = web.Response(status=status, reason=upstream.reason, headers=headers, body=data)
-        await buffered.prepare(request)
-        await buffered.write_eof()
-        return buffered
-    response = web.StreamResponse(status=status, reason=upstream.reason, headers=headers)
-    if length is not None:
-        response.content_length = length
-    await response.prepare(request)
-    sent = 0
-    try:
-        async for chunk, _ in upstream.content.iter_chunks():
-            await response.write(chunk)
-            sent += len(chunk)
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        # Headers are gone already: the only honest signal left is to cut the connection.
+            async for chunk in conn.body(read_timeout):
+                await response.write(chunk)
+                sent += len(chunk)
+        except UpstreamFailure as exc:
+            # Headers are gone already: the only honest signal left is to cut the connection.
+            ctx.body_bytes_sent = sent
+            errorlog.request_event("error", ctx, f"{exc} while sending the response to the client")
+            conn.close()
+            if request.transport is not None:
+                request.transport.close()
+            return response
         ctx.body_bytes_sent = sent
-        errorlog.request_event("error", ctx, f"upstream failed while sending response to client ({_cause(exc)!s})")
-        if request.transport is not None:
-            request.transport.close()
+        conn.finish()
+        await response.write_eof()
         return response
-    ctx.body_bytes_sent = sent
-    await response.write_eof()
-    return response
+    except BaseException:
+        conn.close()  # the client went away (or we were cancelled) mid-response
+        raise

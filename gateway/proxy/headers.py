@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
-from multidict import CIMultiDict, CIMultiDictProxy, istr
+from multidict import CIMultiDict, CIMultiDictProxy
 
+# Lower-case names, compared with name.lower(): multidict's istr hashes by its original
+# spelling, so a set of istr would miss "keep-alive" sent in lower case.
 HOP_BY_HOP = frozenset(
-    istr(h)
+    h.lower()
     for h in (
         "Connection",
         "Keep-Alive",
@@ -29,10 +31,10 @@ HOP_BY_HOP = frozenset(
 )
 # Set by us (or by aiohttp) on the way to the upstream.
 _REQUEST_REPLACED = frozenset(
-    istr(h) for h in ("Host", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-IP", "Expect")
+    h.lower() for h in ("Host", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-IP", "Expect")
 )
 _WEBSOCKET_OWN = frozenset(
-    istr(h)
+    h.lower()
     for h in ("Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Extensions", "Sec-WebSocket-Protocol")
 )
 
@@ -57,11 +59,10 @@ def upstream_request_headers(
     named = connection_tokens(incoming)
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in incoming.items():
-        if name in HOP_BY_HOP or name in _REQUEST_REPLACED:
+        lname = name.lower()
+        if lname in HOP_BY_HOP or lname in _REQUEST_REPLACED or (named and lname in named):
             continue
-        if named and name.lower() in named:
-            continue
-        if websocket and name in _WEBSOCKET_OWN:
+        if websocket and lname in _WEBSOCKET_OWN:
             continue
         out.add(name, value)
     host = incoming.get("Host", "")
@@ -79,9 +80,8 @@ def client_response_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]
     named = connection_tokens(upstream)
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.items():
-        if name in HOP_BY_HOP or name == "Content-Length":
-            continue
-        if named and name.lower() in named:
+        lname = name.lower()
+        if lname in HOP_BY_HOP or lname == "content-length" or (named and lname in named):
             continue
         out.add(name, value)
     return out
@@ -90,3 +90,71 @@ def client_response_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]
 def is_websocket_upgrade(headers: CIMultiDictProxy[str]) -> bool:
     upgrade = headers.get("Upgrade")
     return upgrade is not None and upgrade.lower() == "websocket" and "upgrade" in connection_tokens(headers)
+
+
+def request_head(
+    method: str,
+    target: str,
+    incoming: CIMultiDictProxy[str],
+    *,
+    peer_ip: str,
+    client_ip: str,
+    trusted_peer: bool,
+    scheme: str,
+    host_override: str | None,
+    chunked: bool,
+) -> bytes:
+    """The request head for the upstream, as bytes, in one pass over the client's headers."""
+    named = connection_tokens(incoming)
+    lines = [f"{method} {target} HTTP/1.1"]
+    host = incoming.get("Host", "")
+    prior = ""
+    forwarded_proto = forwarded_host = ""
+    for name, value in incoming.items():
+        lname = name.lower()
+        if lname in HOP_BY_HOP or lname in _REQUEST_REPLACED:
+            if trusted_peer:
+                if lname == "x-forwarded-for":
+                    prior = f"{prior}, {value}" if prior else value
+                elif lname == "x-forwarded-proto" and not forwarded_proto:
+                    forwarded_proto = value
+                elif lname == "x-forwarded-host" and not forwarded_host:
+                    forwarded_host = value
+            continue
+        if named and lname in named:
+            continue
+        lines.append(f"{name}: {value}")
+    lines.append(f"Host: {host_override or host}")
+    lines.append(f"X-Forwarded-For: {prior}, {peer_ip}" if prior else f"X-Forwarded-For: {peer_ip}")
+    lines.append(f"X-Forwarded-Proto: {forwarded_proto or scheme}")
+    lines.append(f"X-Forwarded-Host: {forwarded_host or host}")
+    lines.append(f"X-Real-IP: {client_ip}")
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode("latin-1", "replace")
+
+
+_HOP_BYTES = frozenset(h.encode() for h in HOP_BY_HOP)
+
+
+def response_headers(raw: list[tuple[bytes, bytes]]) -> tuple[CIMultiDict[str], int | None]:
+    """An upstream's raw response headers, minus hop-by-hop and framing; and its Content-Length."""
+    named: set[bytes] = set()
+    length: int | None = None
+    for name, value in raw:
+        lname = name.lower()
+        if lname == b"connection":
+            named.update(t.strip().lower() for t in value.split(b",") if t.strip())
+        elif lname == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                length = None
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in raw:
+        lname = name.lower()
+        if lname in _HOP_BYTES or lname == b"content-length" or lname in named:
+            continue
+        out.add(name.decode("latin-1"), value.decode("latin-1"))
+    return out, length

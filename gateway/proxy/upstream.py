@@ -1,49 +1,28 @@
-"""Upstream pools: one aiohttp client session per upstream, plus its balancer.
+"""Upstream pools: keep-alive connections to an upstream group, plus its balancer.
 
 * ``keepalive: N`` caps the idle connections kept for the upstream (like nginx's
   ``keepalive``), not the number of connections in use.
 * ``connect_timeout`` bounds the TCP (and TLS) connect; ``read_timeout`` bounds the
-  gap between two reads of the response, like ``proxy_read_timeout``.
-* The session never decompresses, never keeps cookies and adds no headers of its
-  own (no User-Agent, Accept or Content-Type the client did not send).
+  gap between two reads of the response, like ``proxy_read_timeout``;
+  ``send_timeout`` a stalled write of the request body.
+* Plain HTTP goes through ``http1`` (our own client); WebSocket upgrades through an
+  aiohttp session that never decompresses, keeps no cookies and adds no headers.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import aiohttp
 from yarl import URL
 
 from gateway.config.schema import UpstreamSpec
 from gateway.proxy.balancer import Balancer, Peer
+from gateway.proxy.http1 import UpstreamConnections
 
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-class _CappedConnector(aiohttp.TCPConnector):
-    """A connector that closes idle connections beyond ``idle_cap`` (nginx's keepalive N)."""
-
-    def __init__(self, *, idle_cap: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._idle_cap = idle_cap
-
-    def _release(self, key: Any, protocol: Any, *, should_close: bool = False) -> None:
-        super()._release(key, protocol, should_close=should_close)
-        pools = getattr(self, "_conns", None)
-        if not pools:
-            return
-        idle = sum(len(conns) for conns in pools.values())
-        conns = pools.get(key)
-        while conns and idle > self._idle_cap:
-            proto, _ = conns.popleft()
-            proto.close()
-            idle -= 1
-        if conns is not None and not conns:
-            pools.pop(key, None)
 
 
 class UpstreamPool:
@@ -53,45 +32,34 @@ class UpstreamPool:
         self.spec = spec
         self.name = spec.name
         self.balancer = Balancer(spec.servers, monotonic_ms)
-        if spec.keepalive > 0:
-            connector: aiohttp.TCPConnector = _CappedConnector(
-                idle_cap=spec.keepalive,
-                limit=0,
-                limit_per_host=0,
-                keepalive_timeout=spec.keepalive_timeout_ms / 1000 or None,
-                enable_cleanup_closed=False,
-                ttl_dns_cache=10,
-            )
-        else:
-            connector = aiohttp.TCPConnector(limit=0, force_close=True)
-        connect_s = spec.connect_timeout_ms / 1000
-        self.timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=connect_s,
-            sock_connect=connect_s,
-            sock_read=spec.read_timeout_ms / 1000,
-            ceil_threshold=3600,
+        self.connect_timeout = spec.connect_timeout_ms / 1000
+        self.read_timeout = spec.read_timeout_ms / 1000
+        self.send_timeout = spec.send_timeout_ms / 1000
+        self.connections = UpstreamConnections(
+            spec.keepalive, spec.keepalive_timeout_ms / 1000, spec.scheme, spec.tls_verify
         )
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            timeout=self.timeout,
-            trust_env=False,
-            raise_for_status=False,
-            requote_redirect_url=False,
-            max_line_size=65536,
-            max_field_size=65536,
-            read_bufsize=2**16,
-        )
-        self.ssl: bool = spec.tls_verify  # True: verify certificates (the default); False: do not
+        self._session: aiohttp.ClientSession | None = None
+        self.ssl: bool = spec.tls_verify  # for aiohttp (WebSocket): verify certificates, or not
         self.ws_scheme = "wss" if spec.scheme == "https" else "ws"
-        self._bases = {peer.index: f"{spec.scheme}://{peer.address}" for peer in self.balancer.peers}
         self._ws_bases = {peer.index: f"{self.ws_scheme}://{peer.address}" for peer in self.balancer.peers}
 
-    def url(self, peer: Peer, raw_target: str) -> URL:
-        return URL(self._bases[peer.index] + raw_target, encoded=True)
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """An aiohttp session, for WebSocket upgrades only (plain HTTP uses ``connections``)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, connect=self.connect_timeout, sock_connect=self.connect_timeout, sock_read=None
+                ),
+                trust_env=False,
+                max_line_size=65536,
+                max_field_size=65536,
+            )
+        return self._session
 
     def ws_url(self, peer: Peer, raw_target: str) -> URL:
         return URL(self._ws_bases[peer.index] + raw_target, encoded=True)
@@ -101,7 +69,9 @@ class UpstreamPool:
         return self.spec.next_upstream_tries or len(self.balancer.peers)
 
     async def close(self) -> None:
-        await self.session.close()
+        self.connections.close()
+        if self._session is not None:
+            await self._session.close()
 
 
 class Upstreams:

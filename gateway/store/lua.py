@@ -40,5 +40,6 @@ def source(name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+@cache
 def sha1(name: str) -> str:
     return hashlib.sha1(source(name).encode()).hexdigest()

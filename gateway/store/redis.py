@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -45,6 +45,7 @@ from gateway.limits.conn import ConnDecision
 from gateway.store import lua
 from gateway.store.base import LimitSet, Verdict
 from gateway.store.memory import MemoryStore
+from gateway.store.resp import NoScript, RespClient, RespError
 
 LEASE_MS = 30_000
 RENEW_EVERY_S = 10.0
@@ -129,6 +130,9 @@ class RedisStore:
         self._probe: asyncio.Task[Any] | None = None
         self._tags: list[bytes] | None = None
         self.zones: dict[str, ZoneSpec] = {}
+        # The request path's own pipelined connection (standalone Redis); redis-py otherwise.
+        self.fast = RespClient(spec.url, self.timeout) if spec.url and not spec.cluster and not spec.sentinel else None
+        self._pending_undo: list[Coroutine[Any, Any, None]] = []  # cluster: undo calls of this decision
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def configure(self, zones: Any) -> None:
@@ -161,6 +165,8 @@ class RedisStore:
             self._probe.cancel()
         self._flush_releases()
         await asyncio.sleep(0)
+        if self.fast is not None:
+            self.fast.close()
         if self.client is not None:
             with contextlib.suppress(Exception):
                 if self.cluster:
@@ -171,16 +177,21 @@ class RedisStore:
     # -- calling Redis -----------------------------------------------------------------------------
     async def _load_scripts(self) -> None:
         for name in ("request.lua", "undo.lua"):
-            await self.client.script_load(lua.source(name))
+            if self.fast is not None:
+                await self.fast.call("SCRIPT", "LOAD", lua.source(name))
+            else:
+                await self.client.script_load(lua.source(name))
 
     async def _guard(self, call: Awaitable[Any]) -> Any:
         """Run one Redis call within the timeout; count its failure for the breaker."""
         try:
-            result = await asyncio.wait_for(call, self.timeout)
-        except (TimeoutError, RedisError, OSError) as exc:
-            if isinstance(exc, ResponseError) and not isinstance(exc, NoScriptError):
+            async with asyncio.timeout(self.timeout):
+                result = await call
+        except (TimeoutError, RedisError, RespError, OSError) as exc:
+            no_script = isinstance(exc, (NoScriptError, NoScript))
+            if isinstance(exc, (ResponseError, RespError)) and not no_script:
                 raise StoreUnavailable(f"Redis error: {exc}") from exc
-            if self.breaker.failure():
+            if not no_script and self.breaker.failure():
                 self._open_circuit()
             raise StoreUnavailable(f"Redis unavailable: {exc!r}") from exc
         self.breaker.success()
@@ -196,9 +207,10 @@ class RedisStore:
         while True:
             await asyncio.sleep(PROBE_EVERY_S)
             try:
-                await asyncio.wait_for(self.client.ping(), self.timeout)
+                ping = self.fast.call("PING") if self.fast is not None else self.client.ping()
+                await asyncio.wait_for(ping, self.timeout)
                 await asyncio.wait_for(self._load_scripts(), self.timeout * 4)
-            except (TimeoutError, RedisError, OSError):
+            except (TimeoutError, RedisError, RespError, OSError):
                 continue
             self.breaker.open = False
             self.breaker.failures = 0
@@ -210,14 +222,19 @@ class RedisStore:
             raise StoreUnavailable("Redis circuit is open")
         sha = lua.sha1(name)
         try:
-            return await self._guard(self.client.evalsha(sha, len(keys), *keys, *args))
+            return await self._guard(self._evalsha(sha, keys, args))
         except StoreUnavailable as exc:
-            if not isinstance(exc.__cause__, NoScriptError):
+            if not isinstance(exc.__cause__, (NoScriptError, NoScript)):
                 raise
         # Redis restarted or failed over: its script cache is empty. Load and retry once.
         errorlog.log.warning("Redis lost its scripts (NOSCRIPT): loading them again")
         await self._guard(self._load_scripts())
-        return await self._guard(self.client.evalsha(sha, len(keys), *keys, *args))
+        return await self._guard(self._evalsha(sha, keys, args))
+
+    def _evalsha(self, sha: str, keys: Sequence[bytes], args: Sequence[Any]) -> Awaitable[Any]:
+        if self.fast is not None:
+            return self.fast.call("EVALSHA", sha, len(keys), *keys, *args)
+        return self.client.evalsha(sha, len(keys), *keys, *args)  # type: ignore[no-any-return]
 
     # -- keys --------------------------------------------------------------------------------------
     def _req_key(self, zone: str, key: bytes) -> bytes:
@@ -340,16 +357,29 @@ class RedisStore:
             parts = list(groups.values())
         else:
             parts = [items]
-        calls = (self._call_request(route, part, now, wants_conn, member) for part in parts)
-        replies = await asyncio.gather(*calls, return_exceptions=True)
+        replies: list[Any]
+        if len(parts) == 1:
+            replies = [await self._call_request(route, parts[0], now, wants_conn, member)]
+        else:
+            calls = (self._call_request(route, part, now, wants_conn, member) for part in parts)
+            replies = await asyncio.gather(*calls, return_exceptions=True)
         results = [_Reply(part, r) for part, r in zip(parts, replies, strict=True) if not isinstance(r, BaseException)]
         failed = [r for r in replies if isinstance(r, BaseException)]
         if failed:
             # Some groups answered, some did not: take back what the answering ones charged.
             for result in results:
                 self._undo(result, member, req=True, count=True, conn=True)
+            await self._run_undo()
             raise failed[0] if isinstance(failed[0], StoreUnavailable) else StoreUnavailable(repr(failed[0]))
-        return self._merge(route, verdict, results, wants_conn, member, now)
+        verdict = self._merge(route, verdict, results, wants_conn, member, now)
+        if self._pending_undo:
+            # Before the answer goes out, the other slot groups' charges are taken back.
+            await self._run_undo()
+        return verdict
+
+    async def _run_undo(self) -> None:
+        calls, self._pending_undo = self._pending_undo, []
+        await asyncio.gather(*calls)
 
     async def _call_request(
         self, route: LimitSet, part: list[_Item], now: int, take_conn: bool, member: bytes
@@ -467,7 +497,7 @@ class RedisStore:
             keys += result.conn_keys
             kinds += ["n"] * len(result.conn_keys)
         if keys:
-            spawn(self._undo_call(keys, kinds, member))
+            self._pending_undo.append(self._undo_call(keys, kinds, member))
 
     async def _undo_call(self, keys: list[bytes], kinds: list[str], member: bytes) -> None:
         try:
@@ -494,7 +524,9 @@ class RedisStore:
         if self.breaker.open:
             return  # the leases run out on their own
         try:
-            if self.cluster:
+            if self.fast is not None:
+                await asyncio.gather(*(self._guard(self.fast.call("ZREM", k, m)) for k, m in batch))
+            elif self.cluster:
                 await asyncio.gather(*(self._guard(self.client.zrem(k, m)) for k, m in batch))
             else:
                 pipe = self.client.pipeline(transaction=False)

@@ -1,0 +1,390 @@
+"""A lean HTTP/1.1 client for talking to upstreams (plain requests; WebSocket stays on aiohttp).
+
+It does one thing, for the proxy: send a request head and a streamed body on a
+pooled keep-alive connection, and hand back the response head and a stream of
+body chunks. Response framing (Content-Length, chunked, close-delimited, 1xx,
+204/304) is parsed by httptools (llhttp). Compared with aiohttp's client there
+is no per-request session machinery, cookie, redirect or tracing logic.
+
+Timeouts, like nginx: ``connect`` bounds the TCP/TLS handshake; ``read`` bounds
+the wait for the response head and the gap between two reads of the body;
+``send`` bounds a stalled write of the request body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import time
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+import httptools
+
+BODY_HIGH_WATER = 256 * 1024
+_EOF = b""
+
+
+class UpstreamFailure(Exception):
+    """The exchange failed; ``timeout`` tells a timeout (504) from an error (502)."""
+
+    timeout = False
+    phase = "exchange"
+
+
+class ConnectFailed(UpstreamFailure):
+    phase = "connect"
+
+
+class ConnectTimedOut(ConnectFailed):
+    timeout = True
+
+
+class ReadTimedOut(UpstreamFailure):
+    timeout = True
+    phase = "read"
+
+
+class SendTimedOut(UpstreamFailure):
+    timeout = True
+    phase = "send"
+
+
+class Disconnected(UpstreamFailure):
+    """The upstream closed or reset the connection, or sent something that is not HTTP."""
+
+
+class StaleConnection(Disconnected):
+    """A pooled connection died before answering anything (the upstream's keep-alive ended)."""
+
+
+class _HeadOnly(Exception):
+    """Raised from the parser callback to stop after a HEAD response's header."""
+
+
+class ResponseHead:
+    __slots__ = ("headers", "reason", "status", "version")
+
+    def __init__(self, status: int, reason: str, headers: list[tuple[bytes, bytes]], version: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.version = version
+
+
+class Connection(asyncio.Protocol):
+    """One upstream connection; reusable after a complete exchange with keep-alive."""
+
+    def __init__(self, pool: PeerPool) -> None:
+        self.pool = pool
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.used = 0  # exchanges completed on this connection
+        self.idle_since = 0.0
+        self._head_only = False
+        self._status_reason = b""
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._head: asyncio.Future[ResponseHead] | None = None
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._reading_paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._complete = False
+        self._received = False  # any byte of the current response
+        self._error: UpstreamFailure | None = None
+        self._write_paused = False
+        self._drain: asyncio.Future[None] | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._received = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError:
+            if not self._head_only:
+                self._fail(Disconnected("upstream response could not be handled"))
+        except httptools.HttpParserError as exc:
+            self._fail(Disconnected(f"upstream sent an invalid response ({exc})"))
+
+    def eof_received(self) -> bool | None:
+        self._on_eof()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._on_eof()
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(Disconnected("upstream closed the connection while we sent the body"))
+        self.pool.forget(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # -- httptools callbacks ------------------------------------------------------------------------
+    def on_status(self, status: bytes) -> None:
+        self._status_reason = status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self._raw_headers = []  # 100 Continue, 103 Early Hints: the real answer follows
+            return
+        head = ResponseHead(
+            status, self._status_reason.decode("latin-1"), self._raw_headers, self.parser.get_http_version()
+        )
+        self._raw_headers = []
+        if self._head is not None and not self._head.done():
+            self._head.set_result(head)
+        if self._head_only:
+            self._complete = True
+            raise _HeadOnly()
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > BODY_HIGH_WATER and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self.parser.get_status_code() < 200:
+            return
+        self._complete = True
+        self._wake()
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, error: UpstreamFailure) -> None:
+        if self._error is None:
+            self._error = error
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+        self._wake()
+        self.close()
+
+    def _on_eof(self) -> None:
+        if self._complete:
+            return
+        if self._head is not None and not self._head.done():
+            stale = self.used > 0 and not self._received
+            error = StaleConnection if stale else Disconnected
+            self._head.set_exception(error("upstream closed the connection before answering"))
+        elif self._head is not None and not self._error:
+            # After the head: the end of a close-delimited body, or a truncated one.
+            self._complete = True
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- one exchange -----------------------------------------------------------------------------------
+    async def send(self, head: bytes, body: AsyncIterable[bytes] | None, chunked: bool, send_timeout: float) -> None:
+        assert self.transport is not None
+        self._head_only = head.startswith(b"HEAD ")
+        self._head = self.loop.create_future()
+        self._complete = False
+        self._received = False
+        self._error = None
+        self.transport.write(head)
+        if body is None:
+            return
+        async for chunk in body:
+            if not chunk:
+                continue
+            if chunked:
+                self.transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))
+            else:
+                self.transport.write(chunk)
+            if self._write_paused:
+                await self._wait_drain(send_timeout)
+        if chunked:
+            self.transport.write(b"0\r\n\r\n")
+
+    async def _wait_drain(self, send_timeout: float) -> None:
+        if self.closed:
+            raise Disconnected("upstream closed the connection while we sent the body")
+        self._drain = self.loop.create_future()
+        timer = self.loop.call_later(
+            send_timeout, _expire, self._drain, SendTimedOut("upstream did not read the body in time")
+        )
+        try:
+            await self._drain
+        finally:
+            timer.cancel()
+            self._drain = None
+
+    async def read_head(self, read_timeout: float) -> ResponseHead:
+        assert self._head is not None
+        if self._head.done():
+            return self._head.result()
+        timer = self.loop.call_later(
+            read_timeout, _expire, self._head, ReadTimedOut("upstream timed out while reading response header")
+        )
+        try:
+            return await self._head
+        finally:
+            timer.cancel()
+
+    async def body(self, read_timeout: float) -> AsyncIterator[bytes]:
+        """The response body's chunks as they arrive (nothing for HEAD, 204, 304)."""
+        while True:
+            if self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._reading_paused and self._buffered < BODY_HIGH_WATER // 2 and self.transport is not None:
+                    self._reading_paused = False
+                    self.transport.resume_reading()
+                yield chunk
+                continue
+            if self._error is not None:
+                raise self._error
+            if self._complete:
+                return
+            if self.closed:
+                raise Disconnected("upstream closed the connection in the middle of the body")
+            self._waiter = self.loop.create_future()
+            timer = self.loop.call_later(
+                read_timeout, _expire, self._waiter, ReadTimedOut("upstream timed out while reading the response body")
+            )
+            try:
+                await self._waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+
+    def finish(self) -> None:
+        """After an exchange: back to the pool if it can carry another request, else closed."""
+        reusable = (
+            self._complete
+            and not self._chunks
+            and not self.closed
+            and not self._head_only
+            and self._error is None
+            and self.parser.should_keep_alive()
+        )
+        self._head = None
+        if reusable:
+            self.used += 1
+            self.pool.release(self)
+        else:
+            self.close()
+
+
+def _expire(future: asyncio.Future[Any], error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+class PeerPool:
+    """Idle keep-alive connections to one upstream server."""
+
+    def __init__(self, upstream: UpstreamConnections, host: str, port: int, server_hostname: str | None) -> None:
+        self.upstream = upstream
+        self.host = host
+        self.port = port
+        self.server_hostname = server_hostname
+        self.idle: collections.deque[Connection] = collections.deque()
+
+    async def acquire(self, connect_timeout: float) -> Connection:
+        keepalive_timeout = self.upstream.keepalive_timeout
+        now = time.monotonic()
+        while self.idle:
+            conn = self.idle.pop()  # most recently used: the least likely to have timed out
+            self.upstream.idle_count -= 1
+            if not conn.closed and (keepalive_timeout <= 0 or now - conn.idle_since < keepalive_timeout):
+                return conn
+            conn.close()
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.upstream.ssl_context,
+                    server_hostname=self.server_hostname,
+                ),
+                connect_timeout,
+            )
+        except TimeoutError:
+            raise ConnectTimedOut("upstream timed out while connecting") from None
+        except OSError as exc:
+            raise ConnectFailed(f"connect() failed ({exc.errno}: {exc.strerror or exc})") from None
+        return conn
+
+    def release(self, conn: Connection) -> None:
+        upstream = self.upstream
+        if upstream.closed or upstream.keepalive <= 0:
+            conn.close()
+            return
+        if upstream.idle_count >= upstream.keepalive:
+            # nginx's keepalive cache: at most N idle connections; the oldest goes first
+            if self.idle:
+                self.idle.popleft().close()
+                upstream.idle_count -= 1
+            else:
+                conn.close()
+                return
+        conn.idle_since = time.monotonic()
+        self.idle.append(conn)
+        upstream.idle_count += 1
+
+    def forget(self, conn: Connection) -> None:
+        if conn in self.idle:
+            self.idle.remove(conn)
+            self.upstream.idle_count -= 1
+
+    def close(self) -> None:
+        while self.idle:
+            self.idle.pop().close()
+
+
+class UpstreamConnections:
+    """The keep-alive pools of one upstream group (``keepalive`` idle connections in all)."""
+
+    def __init__(self, keepalive: int, keepalive_timeout: float, scheme: str, tls_verify: bool) -> None:
+        self.keepalive = keepalive
+        self.keepalive_timeout = keepalive_timeout
+        self.idle_count = 0
+        self.closed = False
+        self.ssl_context: ssl.SSLContext | None = None
+        if scheme == "https":
+            context = ssl.create_default_context()
+            if not tls_verify:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            self.ssl_context = context
+        self.peers: dict[tuple[str, int], PeerPool] = {}
+
+    def peer(self, host: str, port: int) -> PeerPool:
+        pool = self.peers.get((host, port))
+        if pool is None:
+            hostname = host if self.ssl_context is not None else None
+            pool = self.peers[(host, port)] = PeerPool(self, host, port, hostname)
+        return pool
+
+    def close(self) -> None:
+        self.closed = True
+        for pool in self.peers.values():
+            pool.close()

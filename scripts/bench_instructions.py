@@ -1,0 +1,110 @@
+"""Instructions per proxied request, counted by valgrind's callgrind: repeatable on a noisy machine.
+
+    .venv/bin/python scripts/bench_instructions.py [--requests 300] [--targets baseline,gateway,...]
+
+Each target runs under ``valgrind --tool=callgrind`` twice, serving N and 2N
+keep-alive requests from one client; the difference divided by N is the cost of
+one request without start-up and shutdown. The upstream is nginx ``return 200``
+(or an aiohttp app) outside valgrind. Throughput figures come from bench.py;
+these counts say where changes move the per-request cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import ROOT, free_port, gateway_config, start_redis, start_upstream, wait_port
+
+PY = sys.executable
+
+
+async def drive(port: int, n: int) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(n):
+            async with session.get(f"http://127.0.0.1:{port}/bench") as resp:
+                await resp.read()
+                assert resp.status == 200, resp.status
+
+
+def instructions(cmd: list[str], port: int, n: int, tmp: Path) -> int:
+    out = tmp / f"callgrind.{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_port(port, timeout=120)
+    asyncio.run(drive(port, n))
+    proc.send_signal(signal.SIGINT if "baseline" in " ".join(cmd) else signal.SIGTERM)
+    proc.wait(120)
+    text = out.read_text(errors="replace")
+    match = re.search(r"^summary:\s+(\d+)", text, re.M) or re.search(r"^totals:\s+(\d+)", text, re.M)
+    assert match, "no callgrind summary"
+    return int(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--targets", default="baseline,gateway,gateway+log,gateway+req")
+    args = parser.parse_args()
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is not installed")
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        upstream, up_port, kind = start_upstream(tmp)
+        targets = args.targets.split(",")
+        redis_proc, redis_port = start_redis(tmp) if "gateway+redis" in targets else (None, 0)
+        results = {}
+        try:
+            for name in targets:
+                port = free_port()
+                if name == "baseline":
+                    cmd = [PY, str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{up_port}"]
+                else:
+                    conf = tmp / f"{name}.yaml"
+                    conf.write_text(
+                        gateway_config(
+                            port,
+                            up_port,
+                            log=name == "gateway+log",
+                            limit=name in ("gateway+req", "gateway+redis"),
+                            redis_port=redis_port if name == "gateway+redis" else 0,
+                        )
+                    )
+                    cmd = [PY, "-m", "gateway", "run", "-c", str(conf)]
+                n = args.requests
+                small = instructions(cmd, port, n, tmp)
+                large = instructions(cmd, port, 2 * n, tmp)
+                results[name] = (large - small) / n
+                print(f"{name:<14} {results[name] / 1000:10.1f} k instructions/request", flush=True)
+        finally:
+            upstream.send_signal(signal.SIGTERM)
+            upstream.wait(10)
+            if redis_proc is not None:
+                redis_proc.send_signal(signal.SIGTERM)
+                redis_proc.wait(10)
+        base = results.get(targets[0])
+        if base:
+            print(f"\nupstream: {kind}; ratios to {targets[0]} (lower is cheaper):")
+            for name, value in results.items():
+                print(f"{name:<14} {value / base:6.2f}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()
