@@ -85,6 +85,7 @@ class Connection(asyncio.Protocol):
         self.used = 0  # exchanges completed on this connection
         self.idle_since = 0.0
         self._head_only = False
+        self._until_eof = False  # the response body is delimited by the connection's end
         self._status_reason = b""
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._head: asyncio.Future[ResponseHead] | None = None
@@ -146,6 +147,10 @@ class Connection(asyncio.Protocol):
         head = ResponseHead(
             status, self._status_reason.decode("latin-1"), self._raw_headers, self.parser.get_http_version()
         )
+        framed = status in (204, 304) or any(
+            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self._raw_headers
+        )
+        self._until_eof = not framed
         self._raw_headers = []
         if self._head is not None and not self._head.done():
             self._head.set_result(head)
@@ -188,9 +193,11 @@ class Connection(asyncio.Protocol):
             stale = self.used > 0 and not self._received
             error = StaleConnection if stale else Disconnected
             self._head.set_exception(error("upstream closed the connection before answering"))
-        elif self._head is not None and not self._error:
-            # After the head: the end of a close-delimited body, or a truncated one.
-            self._complete = True
+        elif self._head is not None and self._error is None:
+            if self._until_eof:
+                self._complete = True  # the end of a close-delimited body
+            else:
+                self._error = Disconnected("upstream closed the connection in the middle of the body")
         self._wake()
 
     def close(self) -> None:

@@ -1,0 +1,170 @@
+"""Upstream behaviours at the byte level: a scripted raw-socket upstream behind the CLI gateway."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import pytest
+
+from tests.helpers import free_port
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    return await reader.readuntil(b"\r\n\r\n")
+
+
+class RawUpstream:
+    """Runs ``script`` for every connection; counts connections."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.port = free_port()
+        self.connections = 0
+        self.server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> RawUpstream:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            try:
+                await self.script(reader, writer)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+def config(port: int, upstream_port: int) -> str:
+    return f"""
+listen: 127.0.0.1:{port}
+admin: {{listen: off}}
+upstreams:
+  app: {{servers: [127.0.0.1:{upstream_port}], read_timeout: 2s}}
+routes:
+  - {{location: /, upstream: app}}
+"""
+
+
+async def fetch(url: str) -> tuple[int, dict[str, str], bytes]:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url) as resp:
+            return resp.status, dict(resp.headers), await resp.read()
+
+
+async def test_interim_1xx_responses_are_skipped(gateway_factory):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Final: yes\r\n\r\nhello"
+        )
+        await writer.drain()
+        await reader.read()
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        status, headers, body = await fetch(gw.url + "/")
+    assert (status, body, headers.get("X-Final")) == (200, b"hello", "yes")
+    assert "Link" not in headers
+
+
+async def test_an_idle_connection_closed_by_the_upstream_is_replaced_silently(gateway_factory):
+    async def script(reader, writer):
+        # one request per connection, then the upstream closes it while it sits in our pool
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        for _ in range(3):
+            assert (await fetch(gw.url + "/"))[0] == 200
+            await asyncio.sleep(0.3)
+        assert up.connections == 3
+    assert "while talking to upstream" not in gw.stderr()  # not counted as a failure
+
+
+async def test_a_close_delimited_body_ends_at_eof(gateway_factory):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"x" * 300_000)
+        await writer.drain()
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        status, _, body = await fetch(gw.url + "/")
+    assert status == 200 and body == b"x" * 300_000
+
+
+async def test_chunked_response_with_trailers(gateway_factory):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n"
+            b"5\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 42\r\n\r\n"
+        )
+        await writer.drain()
+        await reader.read()
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        status, headers, body = await fetch(gw.url + "/")
+    assert (status, body) == (200, b"hello world")
+    assert "Trailer" not in headers
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [b"NOT HTTP AT ALL\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"],
+)
+async def test_an_invalid_response_is_a_502(gateway_factory, reply):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(reply)
+        await writer.drain()
+        await asyncio.sleep(0.5)
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        status, _, _ = await fetch(gw.url + "/")
+    assert status == 502
+    assert "invalid response" in gw.stderr()
+
+
+async def test_a_truncated_body_cuts_the_client_connection(gateway_factory):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"y" * 400_000)
+        await writer.drain()
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await fetch(gw.url + "/")
+    assert "closed the connection in the middle of the body" in gw.stderr()
+
+
+async def test_a_response_before_the_whole_request_body_is_relayed(gateway_factory):
+    async def script(reader, writer):
+        await read_request(reader)
+        await reader.readexactly(10)  # reads only the start of the body, then refuses it
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope")
+        await writer.drain()
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        async with aiohttp.ClientSession() as session:
+            async with session.post(gw.url + "/", data=b"z" * 20) as resp:
+                assert (resp.status, await resp.read()) == (403, b"nope")
