@@ -128,6 +128,7 @@ class Upstream:
             "path": request.raw_path,
             "headers": list(request.headers.items()),
             "peer": request.remote,
+            "peer_port": request.transport.get_extra_info("peername")[1] if request.transport else None,
             **extra,
         }
         self.seen.append(entry)

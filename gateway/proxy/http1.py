@@ -86,6 +86,7 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._head_only = False
         self._until_eof = False  # the response body is delimited by the connection's end
+        self._keep_alive = False
         self._status_reason = b""
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._head: asyncio.Future[ResponseHead] | None = None
@@ -170,6 +171,8 @@ class Connection(asyncio.Protocol):
         if self.parser.get_status_code() < 200:
             return
         self._complete = True
+        # llhttp resets its state once feed_data() returns: ask now, not later
+        self._keep_alive = self.parser.should_keep_alive()
         self._wake()
 
     # -- internals ------------------------------------------------------------------------------------
@@ -211,6 +214,7 @@ class Connection(asyncio.Protocol):
         self._head_only = head.startswith(b"HEAD ")
         self._head = self.loop.create_future()
         self._complete = False
+        self._keep_alive = False
         self._received = False
         self._error = None
         self.transport.write(head)
@@ -288,7 +292,7 @@ class Connection(asyncio.Protocol):
             and not self.closed
             and not self._head_only
             and self._error is None
-            and self.parser.should_keep_alive()
+            and self._keep_alive
         )
         self._head = None
         if reusable:
