@@ -13,7 +13,6 @@ import asyncio
 import base64
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -22,20 +21,12 @@ from typing import IO, TYPE_CHECKING, Any
 from aiohttp.abc import AbstractAccessLogger
 
 from gateway import errorlog
+from gateway.config.logformat import PRESETS, VARIABLE
 from gateway.context import RequestContext
 
 if TYPE_CHECKING:
     from aiohttp.web import BaseRequest, StreamResponse
 
-PRESETS = {
-    "combined": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
-    '"$http_referer" "$http_user_agent"',
-    "main": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
-    '"$http_referer" "$http_user_agent" "$http_x_forwarded_for"',
-    "gateway": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
-    '"$http_referer" "$http_user_agent" rt=$request_time ua="$upstream_addr" us=$upstream_status '
-    "ut=$upstream_response_time lreq=$limit_req_status lconn=$limit_conn_status lcount=$limit_count_status",
-}
 JSON_FIELDS = (
     "time_iso8601",
     "remote_addr",
@@ -184,11 +175,7 @@ _GETTERS: dict[str, Callable[[Fields], str]] = {
     "scheme": _ctx("scheme"),
     "pid": lambda f: str(os.getpid()),
 }
-_VAR = re.compile(r"\$(?:\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
-
-
-def known_variable(name: str) -> bool:
-    return name in _GETTERS or name.startswith("http_")
+_VAR = VARIABLE
 
 
 def compile_template(template: str) -> Callable[[Fields], str]:

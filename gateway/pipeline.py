@@ -136,5 +136,12 @@ class Pipeline:
             return await forward_websocket(request, ctx, pool, headers)
         extra = self.limiter.headers(admission) if admission is not None else ()
         return await forward_http(
-            request, ctx, pool, request.headers, route.client_max_body_size, extra, trusted_peer=trusted_peer
+            request,
+            ctx,
+            pool,
+            request.headers,
+            route.client_max_body_size,
+            extra,
+            trusted_peer=trusted_peer,
+            body_timeout=route.client_body_timeout_s,
         )

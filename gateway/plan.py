@@ -60,6 +60,7 @@ class RoutePlan:
     location: Location
     upstream: str
     client_max_body_size: int
+    client_body_timeout_s: float  # nginx's client_body_timeout: between two reads of the body
     limit_req: tuple[ReqLimit, ...]
     limit_count: tuple[CountLimit, ...]
     limit_conn: tuple[ConnLimit, ...]
@@ -115,6 +116,7 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
                 location=route.location,
                 upstream=str(_pick(s, d, "upstream", "")),
                 client_max_body_size=int(_pick(s, d, "client_max_body_size", DEFAULT_BODY_LIMIT)),  # type: ignore[call-overload]
+                client_body_timeout_s=int(_pick(s, d, "client_body_timeout_ms", 60_000)) / 1000,  # type: ignore[call-overload]
                 limit_req=tuple(_req(zones[r.zone], key_fns[r.zone], r.burst, r.delay, r.nodelay) for r in req_specs),
                 limit_count=tuple(
                     CountLimit(

@@ -112,3 +112,15 @@ def test_rates_are_truncated_like_nginx(text, rate_m):
 def test_rates_nginx_rejects(bad):
     with pytest.raises(ValueError, match="invalid rate"):
         parse_rate(bad)
+
+
+def test_log_templates_are_checked_and_every_variable_has_a_value():
+    from gateway.accesslog import _GETTERS
+    from gateway.config import load_config_text
+    from gateway.config.logformat import VARIABLES
+
+    assert set(_GETTERS) == VARIABLES  # what check accepts is exactly what the log can print
+    base = "upstreams: {app: {servers: [127.0.0.1:9]}}\nroutes: [{location: /, upstream: app}]\n"
+    load_config_text(base + 'log: {format: "$remote_addr $http_x_trace $limit_req_status"}')
+    with pytest.raises(ConfigErrors, match=r'log.format: unknown log variable "\$remote_adr"'):
+        load_config_text(base + 'log: {format: "$remote_adr $status"}')

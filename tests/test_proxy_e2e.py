@@ -162,6 +162,18 @@ async def test_413_for_declared_and_for_chunked_bodies(gateway_factory, upstream
     assert all(entry["body_bytes"] <= 1024 for entry in upstream.seen)
 
 
+async def test_408_when_the_client_stalls_while_sending_the_body(gateway_factory, upstream):
+    gw = gateway_factory(lambda p: basic_config(p, [upstream.address]) + "    client_body_timeout: 500ms\n")
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"a" * 10)
+    await writer.drain()
+    started = time.monotonic()
+    reply = await asyncio.wait_for(reader.read(65536), 5)
+    writer.close()
+    assert reply.startswith(b"HTTP/1.1 408")
+    assert 0.4 < time.monotonic() - started < 2.0
+
+
 async def test_404_when_no_location_matches(gateway_factory, upstream):
     config = f"""
 listen: 127.0.0.1:{{port}}

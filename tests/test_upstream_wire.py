@@ -168,3 +168,19 @@ async def test_a_response_before_the_whole_request_body_is_relayed(gateway_facto
         async with aiohttp.ClientSession() as session:
             async with session.post(gw.url + "/", data=b"z" * 20) as resp:
                 assert (resp.status, await resp.read()) == (403, b"nope")
+
+
+async def test_a_too_big_response_header_is_a_502(gateway_factory):
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 1000) for i in range(80)) + b"\r\n"
+        )
+        await writer.drain()
+        await asyncio.sleep(0.5)
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        status, _, _ = await fetch(gw.url + "/")
+    assert status == 502
+    assert "upstream sent too big header" in gw.stderr()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from gateway.config.logformat import PRESETS, unknown_variables
 from gateway.config.reader import (
     Reader,
     as_bool,
@@ -127,6 +128,7 @@ class RouteSettings:
 
     upstream: str | None = None
     client_max_body_size: int | None = None
+    client_body_timeout_ms: int | None = None
     limit_req: tuple[LimitReqSpec, ...] | None = None
     limit_count: tuple[LimitCountSpec, ...] | None = None
     limit_conn: tuple[LimitConnSpec, ...] | None = None
@@ -220,6 +222,7 @@ TOP_KEYS = (
 ROUTE_SETTING_KEYS = (
     "upstream",
     "client_max_body_size",
+    "client_body_timeout",
     "limit_req",
     "limit_count",
     "limit_conn",
@@ -339,7 +342,10 @@ def _log(r: Reader, value: Any, path: KeyPath) -> LogSpec:
     if data is None:
         return LogSpec()
     fmt = r.field(data, "format", path, as_str, "combined") or "combined"
-    if fmt not in ("combined", "main", "gateway", "json") and "$" not in fmt:
+    unknown = unknown_variables(fmt) if fmt not in PRESETS and fmt != "json" else []
+    if unknown:
+        r.error(path + ("format",), f'unknown log variable "${unknown[0]}"')
+    elif fmt not in ("combined", "main", "gateway", "json") and "$" not in fmt:
         r.error(
             path + ("format",),
             f"unknown log format {fmt!r}: use combined, main, gateway, json or a template with $variables",
@@ -570,6 +576,7 @@ def _settings(
     return RouteSettings(
         upstream=upstream,
         client_max_body_size=r.field(data, "client_max_body_size", path, size, None),
+        client_body_timeout_ms=r.field(data, "client_body_timeout", path, positive_duration_ms, None),
         limit_req=_limit_req(r, data["limit_req"], path + ("limit_req",), zones) if "limit_req" in data else None,
         limit_count=_limit_count(r, data["limit_count"], path + ("limit_count",), zones)
         if "limit_count" in data

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -40,12 +41,17 @@ class ClientBodyError(Exception):
     pass
 
 
+class ClientBodyTimeout(ClientBodyError):
+    pass
+
+
 class RequestBody:
     """The client's body as an async iterator that counts bytes and knows if it was touched."""
 
-    def __init__(self, request: web.BaseRequest, limit: int) -> None:
+    def __init__(self, request: web.BaseRequest, limit: int, timeout: float) -> None:
         self.request = request
         self.limit = limit
+        self.timeout = timeout
         self.started = False
         self.received = 0
 
@@ -55,12 +61,22 @@ class RequestBody:
             version = self.request.version
             await self.request.writer.write(f"HTTP/{version.major}.{version.minor} 100 Continue\r\n\r\n".encode())
         limit = self.limit
+        content = self.request.content
         try:
-            async for chunk in self.request.content.iter_any():
+            while True:
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        chunk = await content.readany()
+                except TimeoutError:
+                    raise ClientBodyTimeout(f"client timed out ({self.timeout:g}s) while sending the body") from None
+                if not chunk:
+                    return
                 self.received += len(chunk)
                 if limit and self.received > limit:
                     raise BodyTooLarge()
                 yield chunk
+        except ClientBodyTimeout:
+            raise
         except (ConnectionError, OSError) as exc:
             raise ClientBodyError(str(exc)) from exc
         except Exception as exc:  # aiohttp's payload errors (truncated or malformed chunked body)
@@ -81,13 +97,14 @@ async def forward_http(
     extra_headers: Sequence[tuple[str, str]] = (),
     *,
     trusted_peer: bool,
+    body_timeout: float = 60.0,
 ) -> web.StreamResponse:
     accept = headers.get("Accept", "")
     length = request.content_length
     if max_body and length is not None and length > max_body:
         errorlog.request_event("error", ctx, f"client intended to send too large body: {length} bytes")
         return responses.error(413, accept, "request body too large")
-    body = RequestBody(request, max_body) if request.body_exists else None
+    body = RequestBody(request, max_body, body_timeout) if request.body_exists else None
     chunked = body is not None and length is None
     head = request_head(
         ctx.method,
@@ -120,6 +137,11 @@ async def forward_http(
             errorlog.request_event("error", ctx, f"client intended to send too large body: more than {max_body} bytes")
             request.protocol.close()  # the rest of the body is not read: no keep-alive after the 413
             return responses.error(413, accept, "request body too large")
+        except ClientBodyTimeout as exc:
+            ctx.upstream_addr = ", ".join(addrs)
+            errorlog.request_event("info", ctx, str(exc))
+            request.protocol.close()
+            return responses.error(408, accept, "request body timed out")
         except ClientBodyError as exc:
             ctx.upstream_addr = ", ".join(addrs)
             errorlog.request_event("info", ctx, f"client prematurely closed connection while sending body ({exc})")

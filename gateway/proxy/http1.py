@@ -23,6 +23,7 @@ from typing import Any
 import httptools
 
 BODY_HIGH_WATER = 256 * 1024
+MAX_HEADER_BYTES = 64 * 1024  # a larger response header is refused, like nginx's proxy_buffer_size
 _EOF = b""
 
 
@@ -63,6 +64,10 @@ class _HeadOnly(Exception):
     """Raised from the parser callback to stop after a HEAD response's header."""
 
 
+class _HeaderTooBig(Exception):
+    pass
+
+
 class ResponseHead:
     __slots__ = ("headers", "reason", "status", "version")
 
@@ -89,6 +94,7 @@ class Connection(asyncio.Protocol):
         self._keep_alive = False
         self._status_reason = b""
         self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._header_bytes = 0
         self._head: asyncio.Future[ResponseHead] | None = None
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
@@ -108,8 +114,10 @@ class Connection(asyncio.Protocol):
         self._received = True
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserCallbackError:
-            if not self._head_only:
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeaderTooBig):
+                self._fail(Disconnected("upstream sent too big header"))
+            elif not self._head_only:
                 self._fail(Disconnected("upstream response could not be handled"))
         except httptools.HttpParserError as exc:
             self._fail(Disconnected(f"upstream sent an invalid response ({exc})"))
@@ -138,6 +146,9 @@ class Connection(asyncio.Protocol):
         self._status_reason = status
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_bytes > MAX_HEADER_BYTES:
+            raise _HeaderTooBig()
         self._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -153,6 +164,7 @@ class Connection(asyncio.Protocol):
         )
         self._until_eof = not framed
         self._raw_headers = []
+        self._header_bytes = 0
         if self._head is not None and not self._head.done():
             self._head.set_result(head)
         if self._head_only:
