@@ -13,6 +13,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -54,8 +55,6 @@ _ESCAPE = {c: f"\\x{c:02X}" for c in list(range(0x20)) + [0x22, 0x5C] + list(ran
 
 
 def _escape(value: str) -> str:
-    if value.isprintable() and '"' not in value and "\\" not in value and value.isascii():
-        return value
     return "".join(_ESCAPE.get(ord(c), c) if ord(c) < 0x100 else c for c in value)
 
 
@@ -95,15 +94,7 @@ class Fields:
         self.clock = clock
 
     def get(self, name: str) -> str:
-        if name.startswith("http_"):
-            headers = self.request.headers
-            header = name[5:].replace("_", "-")
-            getall = getattr(headers, "getall", None)
-            if getall is None:  # aiohttp's stand-in request for unparsable input
-                return ""
-            return ", ".join(getall(header, ()))
-        getter = _GETTERS.get(name)
-        return getter(self) if getter else ""
+        return getter(name)(self)
 
 
 def _remote_user(f: Fields) -> str:
@@ -178,40 +169,79 @@ _GETTERS: dict[str, Callable[[Fields], str]] = {
 _VAR = VARIABLE
 
 
+# Values that cannot contain a quote, a backslash or a control byte: printed as they are.
+_SAFE = frozenset(
+    {"remote_addr", "realip_remote_addr", "time_local", "time_iso8601", "msec", "status", "body_bytes_sent",
+     "request_time", "upstream_status", "upstream_response_time", "limit_req_status", "limit_conn_status",
+     "limit_count_status", "server_port", "scheme", "pid", "request_method", "server_protocol"}
+)  # fmt: skip
+_NEEDS_ESCAPE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")  # not printable ASCII, or " or \
+
+
+def _header_getter(name: str) -> Callable[[Fields], str]:
+    header = name[5:].replace("_", "-")
+
+    def get(f: Fields) -> str:
+        getall = getattr(f.request.headers, "getall", None)
+        if getall is None:  # aiohttp's stand-in request for unparsable input
+            return ""
+        values = getall(header, ())
+        return values[0] if len(values) == 1 else ", ".join(values)
+
+    return get
+
+
+def getter(name: str) -> Callable[[Fields], str]:
+    if name.startswith("http_"):
+        return _header_getter(name)
+    return _GETTERS.get(name, lambda f: "")
+
+
 def compile_template(template: str) -> Callable[[Fields], str]:
-    pieces: list[str | tuple[str]] = []
+    """A template becomes a list of literals and pre-bound getters, rendered without lookups."""
+    parts: list[tuple[str, Callable[[Fields], str] | None, bool]] = []
     pos = 0
     for match in _VAR.finditer(template):
-        pieces.append(template[pos : match.start()])
-        pieces.append((match.group(1) or match.group(2),))
+        if match.start() > pos:
+            parts.append((template[pos : match.start()], None, True))
+        name = match.group(1) or match.group(2)
+        parts.append(("", getter(name), name in _SAFE))
         pos = match.end()
-    pieces.append(template[pos:])
-    parts = tuple(p for p in pieces if p != "")
+    if pos < len(template):
+        parts.append((template[pos:], None, True))
+    frozen = tuple(parts)
+    needs_escape = _NEEDS_ESCAPE.search
 
     def render(fields: Fields) -> str:
         out = []
-        for piece in parts:
-            if isinstance(piece, tuple):
-                value = fields.get(piece[0])
-                out.append(_escape(value) if value else "-")
+        for literal, get, safe in frozen:
+            if get is None:
+                out.append(literal)
+                continue
+            value = get(fields)
+            if not value:
+                out.append("-")
+            elif safe or needs_escape(value) is None:
+                out.append(value)
             else:
-                out.append(piece)
+                out.append(_escape(value))
         return "".join(out)
 
     return render
 
 
+_JSON_TEXT = tuple((name, getter(name)) for name in JSON_FIELDS if name not in ("status", "body_bytes_sent"))
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def _render_json(fields: Fields) -> str:
-    record: dict[str, Any] = {}
-    for name in JSON_FIELDS:
-        value = fields.get(name)
-        if name in ("status", "body_bytes_sent") and value.isdigit():
-            record[name] = int(value)
-        elif name == "request_time":
-            record[name] = float(value)
-        else:
-            record[name] = value
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    status = _status(fields)
+    sent = _body_bytes(fields)
+    record: dict[str, Any] = {name: get(fields) for name, get in _JSON_TEXT}
+    record["status"] = int(status) if status.isdigit() else status
+    record["body_bytes_sent"] = int(sent) if sent.isdigit() else sent
+    record["request_time"] = round(fields.elapsed, 3)
+    return _dumps(record)
 
 
 class LogSink:

@@ -127,22 +127,26 @@ def start_redis(tmp: Path) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-def start_target(name: str, tmp: Path, upstream: int, redis_port: int = 0) -> tuple[subprocess.Popen, int]:
+def target_command(name: str, tmp: Path, upstream: int, redis_port: int = 0) -> tuple[list[str], int]:
+    """The command line that runs target ``name`` on a free port, and that port."""
     port = free_port()
     if name == "baseline":
-        cmd = [PY, str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{upstream}"]
-    else:
-        conf = tmp / f"{name}.yaml"
-        conf.write_text(
-            gateway_config(
-                port,
-                upstream,
-                log=name == "gateway+log",
-                limit=name in ("gateway+req", "gateway+redis"),
-                redis_port=redis_port if name == "gateway+redis" else 0,
-            )
+        return [PY, str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{upstream}"], port
+    conf = tmp / f"{name}.yaml"
+    conf.write_text(
+        gateway_config(
+            port,
+            upstream,
+            log=name == "gateway+log",
+            limit=name in ("gateway+req", "gateway+redis"),
+            redis_port=redis_port if name == "gateway+redis" else 0,
         )
-        cmd = [PY, "-m", "gateway", "run", "-c", str(conf)]
+    )
+    return [PY, "-m", "gateway", "run", "-c", str(conf)], port
+
+
+def start_target(name: str, tmp: Path, upstream: int, redis_port: int = 0) -> tuple[subprocess.Popen, int]:
+    cmd, port = target_command(name, tmp, upstream, redis_port)
     proc = subprocess.Popen(pin("0") + cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
     wait_port(port)
     return proc, port

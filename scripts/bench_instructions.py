@@ -26,9 +26,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROOT, free_port, gateway_config, start_redis, start_upstream, wait_port
-
-PY = sys.executable
+from bench import ROOT, start_redis, start_upstream, target_command, wait_port
 
 
 async def drive(port: int, n: int) -> None:
@@ -72,21 +70,7 @@ def main() -> None:
         results = {}
         try:
             for name in targets:
-                port = free_port()
-                if name == "baseline":
-                    cmd = [PY, str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{up_port}"]
-                else:
-                    conf = tmp / f"{name}.yaml"
-                    conf.write_text(
-                        gateway_config(
-                            port,
-                            up_port,
-                            log=name == "gateway+log",
-                            limit=name in ("gateway+req", "gateway+redis"),
-                            redis_port=redis_port if name == "gateway+redis" else 0,
-                        )
-                    )
-                    cmd = [PY, "-m", "gateway", "run", "-c", str(conf)]
+                cmd, port = target_command(name, tmp, up_port, redis_port)
                 n = args.requests
                 small = instructions(cmd, port, n, tmp)
                 large = instructions(cmd, port, 2 * n, tmp)
