@@ -144,6 +144,16 @@ class LocalBans:
         return None
 
 
+_DELETE_IF_UNCHANGED = """
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+return 0
+"""
+
+
 class RedisBans:
     """Bans kept in Redis and followed through pub/sub plus a periodic re-read."""
 
@@ -199,7 +209,7 @@ class RedisBans:
         raw = await self.client.hgetall(self.key)
         now = epoch_ms()
         bans = []
-        expired = []
+        expired: list[tuple[bytes, bytes]] = []
         for field, value in raw.items():
             try:
                 ban = Ban.from_json(value)
@@ -208,10 +218,12 @@ class RedisBans:
             if ban.active(now):
                 bans.append(ban)
             else:
-                expired.append(field)
+                expired.append((field, value))
         self.banlist.replace(bans)
         if expired:
-            await self.client.hdel(self.key, *expired)
+            # Delete an expired entry only if it is still the one read: an operator may have
+            # banned the same target again in between.
+            await self.client.eval(_DELETE_IF_UNCHANGED, 1, self.key, *[x for pair in expired for x in pair])
 
     async def _resync(self) -> None:
         while True:

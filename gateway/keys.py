@@ -79,10 +79,10 @@ def parse_key(value: object) -> KeyTemplate:
 def _first_header(name: str) -> KeyFn:
     header = name.replace("_", "-")
     if header.lower() == "cookie":
-        return lambda ctx: "; ".join(ctx.headers.getall("Cookie", ())).encode("latin-1")
+        return lambda ctx: "; ".join(ctx.headers.getall("Cookie", ())).encode("utf-8", "surrogateescape")
     if header.lower() == "x-forwarded-for":
-        return lambda ctx: ", ".join(ctx.headers.getall("X-Forwarded-For", ())).encode("latin-1")
-    return lambda ctx: ctx.headers.get(header, "").encode("latin-1", "replace")
+        return lambda ctx: ", ".join(ctx.headers.getall("X-Forwarded-For", ())).encode("utf-8", "surrogateescape")
+    return lambda ctx: ctx.headers.get(header, "").encode("utf-8", "surrogateescape")
 
 
 def _arg(name: str) -> KeyFn:
@@ -95,7 +95,7 @@ def _arg(name: str) -> KeyFn:
         for pair in query.split("&"):
             key, _, val = pair.partition("=")
             if key.lower() == wanted:
-                return val.encode("latin-1", "replace")
+                return val.encode("utf-8", "surrogateescape")
         return b""
 
     return extract
@@ -109,7 +109,7 @@ def _cookie(name: str) -> KeyFn:
             for pair in header.split(";"):
                 key, _, val = pair.strip().partition("=")
                 if key.lower() == wanted:
-                    return val.encode("latin-1", "replace")
+                    return val.encode("utf-8", "surrogateescape")
         return b""
 
     return extract
@@ -123,11 +123,11 @@ def _variable(name: str) -> KeyFn:
     if name == "uri":
         return lambda ctx: ctx.uri.encode("utf-8", "surrogateescape")
     if name == "request_uri":
-        return lambda ctx: ctx.raw_target.encode("latin-1", "replace")
+        return lambda ctx: ctx.raw_target.encode("utf-8", "surrogateescape")
     if name == "host":
-        return lambda ctx: ctx.host.encode("latin-1", "replace")
+        return lambda ctx: ctx.host.encode("utf-8", "surrogateescape")
     if name == "request_method":
-        return lambda ctx: ctx.method.encode("latin-1")
+        return lambda ctx: ctx.method.encode("utf-8", "surrogateescape")
     if name == "server_port":
         return lambda ctx: str(ctx.server_port).encode()
     if name == "scheme":

@@ -24,7 +24,7 @@ from gateway.limiting import Admission, Limiter
 from gateway.plan import CompiledConfig, RoutePlan
 from gateway.proxy.forward import forward_http
 from gateway.proxy.headers import is_websocket_upgrade, upstream_request_headers
-from gateway.proxy.upstream import Upstreams
+from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.proxy.websocket import forward_websocket
 from gateway.realip import UNKNOWN, parse_addr
 from gateway.routing import BadURI, normalize_uri
@@ -42,12 +42,13 @@ class Pipeline:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         config = self.config  # one snapshot per request
+        pools = self.upstreams.pools  # (and of the pools that go with it: a reload swaps both)
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         peer = parse_addr(request.remote or "") or UNKNOWN
         ctx = RequestContext(request, time.monotonic(), peer, "http", sockname[1] if sockname else 0)
         request[CTX_KEY] = ctx
         try:
-            return await self._handle(request, ctx, config)
+            return await self._handle(request, ctx, config, pools)
         except asyncio.CancelledError:
             if not ctx.logged:  # the client closed the connection first: nginx's 499
                 ctx.logged = True
@@ -61,7 +62,7 @@ class Pipeline:
             return web.Response(status=499)
 
     async def _handle(
-        self, request: web.BaseRequest, ctx: RequestContext, config: CompiledConfig
+        self, request: web.BaseRequest, ctx: RequestContext, config: CompiledConfig, pools: dict[str, UpstreamPool]
     ) -> web.StreamResponse:
         accept = request.headers.get("Accept", "")
         # 1. real client address
@@ -100,7 +101,7 @@ class Pipeline:
             if admission.response is not None:
                 return admission.response
         try:
-            return await self._proxy(request, ctx, config, route, admission)
+            return await self._proxy(request, ctx, config, route, admission, pools[route.upstream])
         finally:
             if admission is not None:
                 self.limiter.finish(admission)
@@ -119,9 +120,24 @@ class Pipeline:
         config: CompiledConfig,
         route: RoutePlan,
         admission: Admission | None,
+        pool: UpstreamPool,
     ) -> web.StreamResponse:
         # 5. proxy (and 6. the log line, written when the response is done)
-        pool = self.upstreams.pools[route.upstream]
+        pool.in_flight += 1
+        try:
+            return await self._forward(request, ctx, config, route, admission, pool)
+        finally:
+            pool.in_flight -= 1
+
+    async def _forward(
+        self,
+        request: web.BaseRequest,
+        ctx: RequestContext,
+        config: CompiledConfig,
+        route: RoutePlan,
+        admission: Admission | None,
+        pool: UpstreamPool,
+    ) -> web.StreamResponse:
         trusted_peer = bool(config.realip.trusted) and ctx.peer in config.realip.trusted
         if is_websocket_upgrade(request.headers):
             headers = upstream_request_headers(

@@ -33,7 +33,7 @@ from gateway.limiting import Limiter
 from gateway.overrides import Overrides
 from gateway.pipeline import Pipeline
 from gateway.plan import CompiledConfig
-from gateway.proxy.upstream import Upstreams
+from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.store import make_store, open_bans
 from gateway.store.memory import MemoryStore
 from gateway.store.shared import SharedStoreClient
@@ -193,9 +193,13 @@ class GatewayServer:
         errorlog.configure(self.config.spec.log.error, self.config.spec.log.level)
 
 
-async def _close_later(pools: list) -> None:  # type: ignore[type-arg]
-    # Requests in flight on a retired pool keep it until they finish.
-    await asyncio.sleep(60)
+async def _close_later(pools: list[UpstreamPool]) -> None:
+    """A reload retired these pools: close them once nothing uses them (long downloads and
+    WebSockets included); their idle keep-alive connections go at once."""
+    for pool in pools:
+        pool.connections.close()
+    while any(pool.in_flight for pool in pools):
+        await asyncio.sleep(1.0)
     for pool in pools:
         await pool.close()
 

@@ -125,6 +125,10 @@ class Supervisor:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gateway", "run", "-c", self.config_path, "--worker", *self.worker_args, env=env
         )
+        if self.stopping:  # a stop arrived while it was starting
+            proc.terminate()
+            await proc.wait()
+            return
         self.workers[index] = proc
         log.log(errorlog.NOTICE, "start worker process %d", proc.pid)
         spawn(self._watch(index, proc))

@@ -20,6 +20,24 @@ def redis_session() -> Iterator[RedisServer]:
         server.close()
 
 
+@pytest.fixture
+def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RedisServer]]:
+    """``make(**RedisServer kwargs)``: servers with their own options, stopped after the test."""
+    require_redis_binaries()
+    made: list[RedisServer] = []
+
+    def make(**kwargs: object) -> RedisServer:
+        server = RedisServer(**kwargs)  # type: ignore[arg-type]
+        made.append(server)
+        return server.start()
+
+    try:
+        yield make
+    finally:
+        for server in made:
+            server.close()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     """3 masters on loopback for the whole session; tests isolate with key prefixes."""

@@ -319,3 +319,35 @@ async def _all_workers_listening(gw, count: int) -> None:
 
 def _worker_pids(gw) -> list[int]:
     return sorted({int(p) for p in re.findall(r"\] (\d+)#0: listening on", gw.stderr())})
+
+
+async def test_keys_from_non_latin_1_headers_work_and_stay_distinct(gateway_factory, upstream):
+    gw = gateway_factory(
+        limited_config(
+            upstream,
+            "  by_cookie: {type: req, key: $cookie_user, rate: 1r/m}",
+            "    limit_req: [{zone: by_cookie}]",
+        )
+    )
+    async with aiohttp.ClientSession() as session:
+        assert (await get(session, gw.url + "/echo", headers={"Cookie": "user=日本"}))[0] == 200
+        assert (await get(session, gw.url + "/echo", headers={"Cookie": "user=中国"}))[0] == 200  # another key
+        assert (await get(session, gw.url + "/echo", headers={"Cookie": "user=日本"}))[0] == 503
+
+
+async def test_a_request_waiting_out_a_delay_survives_a_reload_that_renames_its_upstream(gateway_factory, upstream):
+    make = limited_config(
+        upstream,
+        "  one: {type: req, key: $binary_remote_addr, rate: 1r/s}",
+        "    limit_req: [{zone: one, burst: 5}]",
+    )
+    gw = gateway_factory(make)
+    async with aiohttp.ClientSession() as session:
+        assert (await get(session, gw.url + "/echo"))[0] == 200
+        delayed = asyncio.ensure_future(get(session, gw.url + "/echo?waiting"))
+        await asyncio.sleep(0.3)
+        gw.write_config(make(gw.port).replace("  app: {", "  renamed: {").replace("upstream: app", "upstream: renamed"))
+        gw.reload(settle=0.2)
+        status, _, _, waited = await delayed
+    assert status == 200 and waited > 0.8
+    assert "Traceback" not in gw.stderr()

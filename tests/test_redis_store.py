@@ -156,3 +156,59 @@ async def test_conn_leases_of_a_dead_node_run_out_and_live_ones_are_renewed(redi
     finally:
         await live.close()
         await dead.close()
+
+
+async def test_a_long_request_keeps_its_slot_beyond_the_set_expiry(redis_fresh, monkeypatch):
+    monkeypatch.setattr(redis_store, "LEASE_MS", 500)
+    monkeypatch.setattr(redis_store, "RENEW_EVERY_S", 0.1)
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    store = await open_store(redis_fresh.url, prefix=prefix)
+    try:
+        held = (await admit(store, b"u", "/c")).conn
+        assert held is not None and held.rejected == -1
+        await asyncio.sleep(1.6)  # over twice the lease: the set's own expiry must be pushed too
+        assert (await admit(store, b"u", "/c")).conn.rejected == 0
+    finally:
+        await store.close()
+
+
+async def test_a_cancelled_admission_gives_its_slot_back(redis_fresh):
+    store = await open_store(redis_fresh.url, timeout_ms=500)
+    try:
+        for _ in range(5):
+            task = asyncio.ensure_future(admit(store, b"u", "/c"))
+            await asyncio.sleep(0)  # the script call is written, the reply not read yet
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0.1)
+        decision = (await admit(store, b"u", "/c")).conn
+        assert decision.rejected == -1  # max 1: no cancelled request kept the slot
+    finally:
+        await store.close()
+
+
+async def test_a_wrong_password_does_not_leak_connections(redis_fresh):
+    server = redis_fresh
+    server.command("CONFIG", "SET", "requirepass", "right")
+    url = f"redis://:wrong@127.0.0.1:{server.port}/0"
+    store = await open_store(url, on_error="allow", timeout_ms=100)
+    try:
+        for _ in range(30):
+            with pytest.raises(StoreUnavailable):
+                await admit(store, b"k")
+            await asyncio.sleep(0.02)
+        clients = redis.Redis(port=server.port, password="right").info("clients")["connected_clients"]
+        assert clients <= 4, clients
+    finally:
+        await store.close()
+
+
+async def test_expired_bans_are_deleted_only_if_unchanged(redis_fresh):
+    from gateway.bans import _DELETE_IF_UNCHANGED
+
+    client = redis.Redis(port=redis_fresh.port)
+    client.hset("bans", mapping={"a": "old", "b": "old"})
+    client.hset("bans", "b", "new")  # re-banned after the old value was read
+    client.eval(_DELETE_IF_UNCHANGED, 1, "bans", "a", "old", "b", "old")
+    assert client.hgetall("bans") == {b"b": b"new"}
+    client.close()

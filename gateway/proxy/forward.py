@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway import errorlog, responses
 from gateway.context import RequestContext
@@ -35,6 +35,24 @@ _NO_BODY_STATUS = frozenset({204, 304})
 
 class BodyTooLarge(Exception):
     pass
+
+
+class ProxiedResponse(web.StreamResponse):
+    """An upstream's response as it was: aiohttp would add a Content-Type to any body
+    that has none (RFC 9110 §8.3 asks that of the *generator* of a message, not a proxy)."""
+
+    _upstream_sent_type = True
+
+    async def _write_headers(self) -> None:
+        if not self._upstream_sent_type:
+            self._headers.popall("Content-Type", None)
+        await super()._write_headers()
+
+
+def _response(status: int, reason: str, headers: CIMultiDict[str]) -> ProxiedResponse:
+    response = ProxiedResponse(status=status, reason=reason, headers=headers)
+    response._upstream_sent_type = "Content-Type" in headers
+    return response
 
 
 class ClientBodyError(Exception):
@@ -115,6 +133,7 @@ async def forward_http(
         trusted_peer=trusted_peer,
         scheme=ctx.scheme,
         host_override=pool.spec.host,
+        content_length=length,
         chunked=chunked,
     )
     method = ctx.method
@@ -179,8 +198,8 @@ async def _exchange(
 ) -> tuple[Connection, ResponseHead]:
     """Send the request on a pooled (or new) connection and read the response head."""
     peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
-    for _ in range(2):
-        conn = await peer_pool.acquire(pool.connect_timeout)
+    for attempt in range(2):
+        conn = await peer_pool.acquire(pool.connect_timeout, fresh=attempt > 0)
         try:
             await conn.send(head, body, chunked, pool.send_timeout)
             return conn, await conn.read_head(pool.read_timeout)
@@ -212,7 +231,7 @@ async def _relay(
     try:
         no_body = ctx.method == "HEAD" or status in _NO_BODY_STATUS
         if no_body:
-            response = web.StreamResponse(status=status, reason=upstream.reason, headers=headers)
+            response = _response(status, upstream.reason, headers)
             if length is not None and ctx.method == "HEAD":
                 response.content_length = length
             await response.prepare(request)
@@ -229,11 +248,13 @@ async def _relay(
                 return responses.error(504 if exc.timeout else 502, request.headers.get("Accept", ""))
             conn.finish()
             ctx.body_bytes_sent = len(data)
-            buffered = web.Response(status=status, reason=upstream.reason, headers=headers, body=data)
+            # A StreamResponse, not a web.Response: that would invent a Content-Type.
+            buffered = _response(status, upstream.reason, headers)
+            buffered.content_length = len(data)
             await buffered.prepare(request)
-            await buffered.write_eof()
+            await buffered.write_eof(data)
             return buffered
-        response = web.StreamResponse(status=status, reason=upstream.reason, headers=headers)
+        response = _response(status, upstream.reason, headers)
         if length is not None:
             response.content_length = length
         await response.prepare(request)

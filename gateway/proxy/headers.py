@@ -102,10 +102,18 @@ def request_head(
     trusted_peer: bool,
     scheme: str,
     host_override: str | None,
+    content_length: int | None,
     chunked: bool,
 ) -> bytes:
-    """The request head for the upstream, as bytes, in one pass over the client's headers."""
-    named = connection_tokens(incoming)
+    """The request head for the upstream, as bytes, in one pass over the client's headers.
+
+    Framing is always ours: the client's Content-Length and Transfer-Encoding are
+    dropped and replaced by the length we will send, or by chunked encoding. No
+    header named in ``Connection`` can remove framing or Host (request smuggling).
+    Header bytes go out exactly as they came in (aiohttp decodes them as UTF-8 with
+    surrogate escapes; the same codec turns them back into the original bytes).
+    """
+    named = connection_tokens(incoming) - _FRAMING
     lines = [f"{method} {target} HTTP/1.1"]
     host = incoming.get("Host", "")
     prior = ""
@@ -121,7 +129,7 @@ def request_head(
                 elif lname == "x-forwarded-host" and not forwarded_host:
                     forwarded_host = value
             continue
-        if named and lname in named:
+        if lname == "content-length" or (named and lname in named):
             continue
         lines.append(f"{name}: {value}")
     lines.append(f"Host: {host_override or host}")
@@ -131,11 +139,23 @@ def request_head(
     lines.append(f"X-Real-IP: {client_ip}")
     if chunked:
         lines.append("Transfer-Encoding: chunked")
+    elif content_length is not None:
+        lines.append(f"Content-Length: {content_length}")
     lines.append("\r\n")
-    return "\r\n".join(lines).encode("latin-1", "replace")
+    return "\r\n".join(lines).encode("utf-8", "surrogateescape")
 
 
 _HOP_BYTES = frozenset(h.encode() for h in HOP_BY_HOP)
+_FRAMING = frozenset({"content-length", "transfer-encoding", "host"})
+
+
+def _text(value: bytes) -> str:
+    # aiohttp writes header values as UTF-8 (dropping surrogates): UTF-8 passes through
+    # unchanged; other bytes are read as Latin-1 rather than lost.
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
 
 
 def response_headers(raw: list[tuple[bytes, bytes]]) -> tuple[CIMultiDict[str], int | None]:
@@ -156,5 +176,5 @@ def response_headers(raw: list[tuple[bytes, bytes]]) -> tuple[CIMultiDict[str], 
         lname = name.lower()
         if lname in _HOP_BYTES or lname == b"content-length" or lname in named:
             continue
-        out.add(name.decode("latin-1"), value.decode("latin-1"))
+        out.add(name.decode("latin-1"), _text(value))
     return out, length

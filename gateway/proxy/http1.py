@@ -68,6 +68,10 @@ class _HeaderTooBig(Exception):
     pass
 
 
+class _Answered(Exception):
+    """The upstream answered (and closed) before it had the whole request body."""
+
+
 class ResponseHead:
     __slots__ = ("headers", "reason", "status", "version")
 
@@ -105,12 +109,19 @@ class Connection(asyncio.Protocol):
         self._error: UpstreamFailure | None = None
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
+        self._body_cut = False  # the request body was not sent whole: never reuse
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self._head is None:
+            # Bytes on an idle connection belong to no request (nginx closes it too):
+            # keeping them would hand them to the next request on this connection.
+            self.close()
+            self.pool.forget(self)
+            return
         self._received = True
         try:
             self.parser.feed_data(data)
@@ -130,7 +141,10 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._on_eof()
         if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(Disconnected("upstream closed the connection while we sent the body"))
+            answered = self._head is not None and self._head.done()
+            self._drain.set_exception(
+                _Answered() if answered else Disconnected("upstream closed the connection while we sent the body")
+            )
         self.pool.forget(self)
 
     def pause_writing(self) -> None:
@@ -222,30 +236,56 @@ class Connection(asyncio.Protocol):
 
     # -- one exchange -----------------------------------------------------------------------------------
     async def send(self, head: bytes, body: AsyncIterable[bytes] | None, chunked: bool, send_timeout: float) -> None:
-        assert self.transport is not None
+        """Send the request. An upstream that answers before it has read the whole body
+        (an early 413 or 403, say) gets its answer relayed; the connection is not reused."""
         self._head_only = head.startswith(b"HEAD ")
         self._head = self.loop.create_future()
         self._complete = False
         self._keep_alive = False
         self._received = False
         self._error = None
-        self.transport.write(head)
+        self._chunks.clear()
+        self._buffered = 0
+        self._body_cut = False
+        self._write(head)
         if body is None:
             return
-        async for chunk in body:
-            if not chunk:
-                continue
+        try:
+            async for chunk in body:
+                if self._head.done():
+                    self._body_cut = True  # the upstream has answered already: stop sending
+                    return
+                if not chunk:
+                    continue
+                if chunked:
+                    self._write(b"%x\r\n" % len(chunk), chunk, b"\r\n")
+                else:
+                    self._write(chunk)
+                if self._write_paused:
+                    await self._wait_drain(send_timeout)
             if chunked:
-                self.transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))
-            else:
-                self.transport.write(chunk)
-            if self._write_paused:
-                await self._wait_drain(send_timeout)
-        if chunked:
-            self.transport.write(b"0\r\n\r\n")
+                self._write(b"0\r\n\r\n")
+        except _Answered:
+            self._body_cut = True
+
+    def _write(self, *data: bytes) -> None:
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing():
+            if self._head is not None and self._head.done():
+                self._body_cut = True  # it answered, then closed: the answer is what counts
+                raise _Answered()
+            raise (StaleConnection if self.used and not self._received else Disconnected)(
+                "upstream closed the connection while we sent the request"
+            )
+        if len(data) == 1:
+            transport.write(data[0])
+        else:
+            transport.writelines(data)
 
     async def _wait_drain(self, send_timeout: float) -> None:
         if self.closed:
+            if self._head is not None and self._head.done():
+                raise _Answered()
             raise Disconnected("upstream closed the connection while we sent the body")
         self._drain = self.loop.create_future()
         timer = self.loop.call_later(
@@ -305,6 +345,7 @@ class Connection(asyncio.Protocol):
             and not self._head_only
             and self._error is None
             and self._keep_alive
+            and not self._body_cut
         )
         self._head = None
         if reusable:
@@ -329,13 +370,15 @@ class PeerPool:
         self.server_hostname = server_hostname
         self.idle: collections.deque[Connection] = collections.deque()
 
-    async def acquire(self, connect_timeout: float) -> Connection:
+    async def acquire(self, connect_timeout: float, *, fresh: bool = False) -> Connection:
+        """An idle pooled connection, or a new one (always new with ``fresh``)."""
         keepalive_timeout = self.upstream.keepalive_timeout
         now = time.monotonic()
-        while self.idle:
+        while self.idle and not fresh:
             conn = self.idle.pop()  # most recently used: the least likely to have timed out
             self.upstream.idle_count -= 1
-            if not conn.closed and (keepalive_timeout <= 0 or now - conn.idle_since < keepalive_timeout):
+            usable = not conn.closed and conn.transport is not None and not conn.transport.is_closing()
+            if usable and (keepalive_timeout <= 0 or now - conn.idle_since < keepalive_timeout):
                 return conn
             conn.close()
         loop = asyncio.get_running_loop()

@@ -39,6 +39,7 @@ class UpstreamPool:
             spec.keepalive, spec.keepalive_timeout_ms / 1000, spec.scheme, spec.tls_verify
         )
         self._session: aiohttp.ClientSession | None = None
+        self.in_flight = 0  # requests (and WebSockets) using this pool now
         self.ssl: bool = spec.tls_verify  # for aiohttp (WebSocket): verify certificates, or not
         self.ws_scheme = "wss" if spec.scheme == "https" else "ws"
         self._ws_bases = {peer.index: f"{self.ws_scheme}://{peer.address}" for peer in self.balancer.peers}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from gateway.config.schema import ZoneSpec
 from gateway.limits import conn as conn_logic
@@ -200,6 +201,14 @@ _KINDS: dict[str, type[ReqZone] | type[CountZone] | type[ConnZone]] = {
 }
 
 
+def _zone(zones: dict[str, Zone], name: str, kind: str) -> Any:
+    """The zone a limit names; KeyError if it is gone or changed type (a reload under way)."""
+    zone = zones[name]
+    if zone.kind != kind:
+        raise KeyError(f'zone "{name}" is now a {zone.kind} zone')
+    return zone
+
+
 class MemoryStore:
     """Limit state for one process (one node when the gateway runs one worker)."""
 
@@ -230,12 +239,12 @@ class MemoryStore:
             return cached[1]
         z = self.zones
         tables = (
-            [z[lim.zone] for lim in route.limit_req],
-            [z[lim.zone] for lim in route.limit_count],
-            [z[lim.zone] for lim in route.limit_conn],
+            [_zone(z, lim.zone, "req") for lim in route.limit_req],
+            [_zone(z, lim.zone, "count") for lim in route.limit_count],
+            [_zone(z, lim.zone, "conn") for lim in route.limit_conn],
         )
-        self._tables[id(route)] = (route, tables)  # type: ignore[assignment]
-        return tables  # type: ignore[return-value]
+        self._tables[id(route)] = (route, tables)
+        return tables
 
     # -- the store interface -------------------------------------------------------------------
     async def admit(

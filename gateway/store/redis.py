@@ -133,6 +133,7 @@ class RedisStore:
         # The request path's own pipelined connection (standalone Redis); redis-py otherwise.
         self.fast = RespClient(spec.url, self.timeout) if spec.url and not spec.cluster and not spec.sentinel else None
         self._pending_undo: list[Coroutine[Any, Any, None]] = []  # cluster: undo calls of this decision
+        self._background: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def configure(self, zones: Any) -> None:
@@ -167,6 +168,12 @@ class RedisStore:
         await asyncio.sleep(0)
         if self.fast is not None:
             self.fast.close()
+        if self._background is not None:
+            with contextlib.suppress(Exception):
+                if self.cluster:
+                    await self._background.aclose()
+                else:
+                    await self._background.aclose(close_connection_pool=True)
         if self.client is not None:
             with contextlib.suppress(Exception):
                 if self.cluster:
@@ -188,14 +195,20 @@ class RedisStore:
             async with asyncio.timeout(self.timeout):
                 result = await call
         except (TimeoutError, RedisError, RespError, OSError) as exc:
-            no_script = isinstance(exc, (NoScriptError, NoScript))
-            if isinstance(exc, (ResponseError, RespError)) and not no_script:
-                raise StoreUnavailable(f"Redis error: {exc}") from exc
-            if not no_script and self.breaker.failure():
-                self._open_circuit()
-            raise StoreUnavailable(f"Redis unavailable: {exc!r}") from exc
+            raise self._unavailable(exc) from exc
         self.breaker.success()
         return result
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
+        """Turn a Redis failure into StoreUnavailable; count it for the breaker once."""
+        no_script = isinstance(exc, (NoScriptError, NoScript))
+        if isinstance(exc, (ResponseError, RespError)) and not no_script:
+            return StoreUnavailable(f"Redis error: {exc}")
+        # One dead connection fails every command queued on it: only the first counts.
+        collateral = getattr(exc, "collateral", False)
+        if not no_script and not collateral and self.breaker.failure():
+            self._open_circuit()
+        return StoreUnavailable(f"Redis unavailable: {exc!r}")
 
     def _open_circuit(self) -> None:
         self.breaker.open = True
@@ -218,18 +231,23 @@ class RedisStore:
             return
 
     async def _eval(self, name: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
+        """One script call, NOSCRIPT recovery included, within one ``timeout``."""
         if self.breaker.open:
             raise StoreUnavailable("Redis circuit is open")
         sha = lua.sha1(name)
         try:
-            return await self._guard(self._evalsha(sha, keys, args))
-        except StoreUnavailable as exc:
-            if not isinstance(exc.__cause__, (NoScriptError, NoScript)):
-                raise
-        # Redis restarted or failed over: its script cache is empty. Load and retry once.
-        errorlog.log.warning("Redis lost its scripts (NOSCRIPT): loading them again")
-        await self._guard(self._load_scripts())
-        return await self._guard(self._evalsha(sha, keys, args))
+            async with asyncio.timeout(self.timeout):
+                try:
+                    result = await self._evalsha(sha, keys, args)
+                except (NoScriptError, NoScript):
+                    # Redis restarted or failed over: its script cache is empty. Load, retry once.
+                    errorlog.log.warning("Redis lost its scripts (NOSCRIPT): loading them again")
+                    await self._load_scripts()
+                    result = await self._evalsha(sha, keys, args)
+        except (TimeoutError, RedisError, RespError, OSError) as exc:
+            raise self._unavailable(exc) from exc
+        self.breaker.success()
+        return result
 
     def _evalsha(self, sha: str, keys: Sequence[bytes], args: Sequence[Any]) -> Awaitable[Any]:
         if self.fast is not None:
@@ -358,17 +376,24 @@ class RedisStore:
         else:
             parts = [items]
         replies: list[Any]
-        if len(parts) == 1:
-            replies = [await self._call_request(route, parts[0], now, wants_conn, member)]
-        else:
-            calls = (self._call_request(route, part, now, wants_conn, member) for part in parts)
-            replies = await asyncio.gather(*calls, return_exceptions=True)
+        try:
+            if len(parts) == 1:
+                replies = [await self._call_request(route, parts[0], now, wants_conn, member)]
+            else:
+                calls = (self._call_request(route, part, now, wants_conn, member) for part in parts)
+                replies = await asyncio.gather(*calls, return_exceptions=True)
+        except BaseException:
+            # Cancelled (the client left) or failed after the script may have run: a slot
+            # it took would be held by nobody. Give back whatever this request may hold.
+            self._release_abandoned(member, [item[2] for item in items if item[0] == "n"] if wants_conn else [])
+            raise
         results = [_Reply(part, r) for part, r in zip(parts, replies, strict=True) if not isinstance(r, BaseException)]
         failed = [r for r in replies if isinstance(r, BaseException)]
         if failed:
             # Some groups answered, some did not: take back what the answering ones charged.
             for result in results:
                 self._undo(result, member, req=True, count=True, conn=True)
+            self._release_abandoned(member, [item[2] for item in items if item[0] == "n"] if wants_conn else [])
             await self._run_undo()
             raise failed[0] if isinstance(failed[0], StoreUnavailable) else StoreUnavailable(repr(failed[0]))
         verdict = self._merge(route, verdict, results, wants_conn, member, now)
@@ -378,8 +403,23 @@ class RedisStore:
         return verdict
 
     async def _run_undo(self) -> None:
+        """Await the undo calls for up to one ``timeout``; past that they finish in the background."""
         calls, self._pending_undo = self._pending_undo, []
-        await asyncio.gather(*calls)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*calls)), self.timeout)
+
+    def _release_abandoned(self, member: bytes, keys: list[bytes]) -> None:
+        if not keys:
+            return
+        if self.fast is not None:
+            # The same connection as the script call: the ZREM cannot overtake it.
+            for key in keys:
+                self._queue_release(key, member)
+            return
+        # Other connections could run the ZREM first; wait until the call is surely done.
+        loop = asyncio.get_running_loop()
+        for key in keys:
+            loop.call_later(max(1.0, self.timeout * 4), self._queue_release, key, member)
 
     async def _call_request(
         self, route: LimitSet, part: list[_Item], now: int, take_conn: bool, member: bytes
@@ -537,28 +577,42 @@ class RedisStore:
             errorlog.log.warning("could not release %d limit_conn leases (they expire): %s", len(batch), exc)
 
     async def _renew_leases(self) -> None:
+        """Every RENEW_EVERY_S: push the lease end of live requests, and the set's own expiry."""
         while True:
             await asyncio.sleep(RENEW_EVERY_S)
             if not self.leases or self.breaker.open:
                 continue
             until = self.clock_ms() + LEASE_MS
+            by_key: dict[bytes, list[bytes]] = {}
+            for member, keys in list(self.leases.items()):
+                for key in keys:
+                    by_key.setdefault(key, []).append(member)
             try:
-                if self.cluster:
-                    await asyncio.gather(
-                        *(
-                            self._guard(self.client.zadd(k, {m: until}, xx=True))
-                            for m, keys in list(self.leases.items())
-                            for k in keys
-                        )
-                    )
-                else:
-                    pipe = self.client.pipeline(transaction=False)
-                    for m, keys in list(self.leases.items()):
-                        for k in keys:
-                            pipe.zadd(k, {m: until}, xx=True)
-                    await self._guard(pipe.execute())
-            except StoreUnavailable as exc:
-                errorlog.log.warning("could not renew limit_conn leases: %s", exc)
+                await asyncio.wait_for(self._renew(by_key, until), max(2.0, self.timeout * 20))
+            except (TimeoutError, RedisError, OSError) as exc:
+                errorlog.log.warning("could not renew %d limit_conn leases: %r", len(self.leases), exc)
+
+    async def _renew(self, by_key: dict[bytes, list[bytes]], until: int) -> None:
+        client = self.background_client()
+        items = list(by_key.items())
+        for start in range(0, len(items), 500):
+            batch = items[start : start + 500]
+            if self.cluster:
+                for key, members in batch:
+                    await client.zadd(key, dict.fromkeys(members, until), xx=True)
+                    await client.pexpire(key, LEASE_MS * 2)
+                continue
+            pipe = client.pipeline(transaction=False)
+            for key, members in batch:
+                pipe.zadd(key, dict.fromkeys(members, until), xx=True)
+                pipe.pexpire(key, LEASE_MS * 2)  # a set whose first slot is old must not expire
+            await pipe.execute()
+
+    def background_client(self) -> Any:
+        """A client with a generous timeout for work off the request path (renewals)."""
+        if self._background is None:
+            self._background = connect(self.spec, max(1.0, self.timeout * 10))
+        return self._background
 
 
 def connect(spec: RedisSpec, timeout: float | None) -> Any:

@@ -38,7 +38,11 @@ class NoScript(RespError):
 
 
 class RespConnectionError(ConnectionError):
-    pass
+    def __init__(self, message: str, *, collateral: bool = False) -> None:
+        super().__init__(message)
+        # True for commands that failed only because another one broke their shared
+        # connection: the breaker counts the cause once, not every queued request.
+        self.collateral = collateral
 
 
 def encode(args: tuple[Any, ...]) -> bytes:
@@ -148,10 +152,12 @@ class RespConnection(asyncio.Protocol):
 
     def fail(self, error: Exception) -> None:
         self.closed = True
+        first = True
         while self.waiters:
             waiter = self.waiters.popleft()
             if not waiter.done():
-                waiter.set_exception(error)
+                waiter.set_exception(error if first else RespConnectionError(str(error), collateral=True))
+                first = False
         if self.transport is not None:
             self.transport.close()
 
@@ -189,15 +195,18 @@ class RespClient:
         else:
             context = ssl.create_default_context() if self.scheme == "rediss" else None
             _, conn = await loop.create_connection(RespConnection, self.host, self.port, ssl=context)
-        setup = []
-        if self.password is not None:
-            setup.append(
-                conn.send(("AUTH", self.username, self.password) if self.username else ("AUTH", self.password))
-            )
-        if self.db:
-            setup.append(conn.send(("SELECT", self.db)))
-        for future in setup:
-            await future
+        try:
+            setup = []
+            if self.password is not None:
+                auth = ("AUTH", self.username, self.password) if self.username else ("AUTH", self.password)
+                setup.append(conn.send(auth))
+            if self.db:
+                setup.append(conn.send(("SELECT", self.db)))
+            for future in setup:
+                await future
+        except BaseException:
+            conn.fail(RespConnectionError("connection setup failed"))  # and close the socket
+            raise
         return conn
 
     async def connection_(self) -> RespConnection:
@@ -205,7 +214,8 @@ class RespClient:
         if conn is not None and not conn.closed:
             return conn
         if self._connecting is None:
-            self._connecting = asyncio.ensure_future(self._connect())
+            # Bounded: a connect that hangs must not hold every later call behind it.
+            self._connecting = asyncio.ensure_future(asyncio.wait_for(self._connect(), self.timeout))
         try:
             conn = await asyncio.shield(self._connecting)
         finally:

@@ -186,8 +186,8 @@ class SharedStoreServer:
                     else:
                         decision = store.take_conn(limits, message[3])
                         reply = (req_id, _encode_conn(decision, self._lease(leases, decision)))
-                except (KeyError, IndexError) as exc:
-                    reply = (req_id, None, f"unknown zone or route: {exc}")
+                except Exception as exc:  # e.g. a zone reloaded with another type: answer, stay up
+                    reply = (req_id, None, f"cannot decide ({exc!r})")
                 writer.write(_frame(reply))
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
@@ -223,6 +223,9 @@ class SharedStoreClient:
         self._routes: dict[int, tuple[RoutePlan, int]] = {}
         self._next_id = 1
         self._reader_task: asyncio.Task[None] | None = None
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._abandoned: dict[int, int] = {}  # request id -> kind, for replies nobody waits for
+        self._closing = False
         self.on_bans: Callable[[list[Ban]], None] | None = None
 
     def configure(self, zones: Any) -> None:
@@ -253,6 +256,8 @@ class SharedStoreClient:
                 future = self._pending.pop(message[0], None)
                 if future is not None and not future.done():
                     future.set_result(message)
+                else:
+                    self._release_abandoned(message)
         except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
             errorlog.log.error("lost the connection to the master's store: %r", exc)
         finally:
@@ -260,7 +265,34 @@ class SharedStoreClient:
                 if not future.done():
                     future.set_exception(StoreUnavailable("master store connection lost"))
             self._pending.clear()
+            self._abandoned.clear()  # the master released everything of this connection
             self._writer = None
+            if not self._closing:
+                self._reconnect_task = asyncio.ensure_future(self._reconnect())
+
+    def _release_abandoned(self, message: tuple[Any, ...]) -> None:
+        """The caller of this request gave up (client gone, timeout): free what it was granted."""
+        kind = self._abandoned.pop(message[0], None)
+        if kind is None or len(message) > 2 or message[1] is None:
+            return
+        conn_t = message[1][5] if kind == ADMIT else message[1]
+        if conn_t is not None and conn_t[3]:
+            with contextlib.suppress(StoreUnavailable):
+                self._send((RELEASE, conn_t[3]))
+
+    async def _reconnect(self) -> None:
+        delay = 0.05
+        while not self._closing:
+            await asyncio.sleep(delay)
+            try:
+                self._reader, self._writer = await asyncio.open_unix_connection(self.path)
+            except OSError:
+                delay = min(delay * 2, 1.0)
+                continue
+            self._routes.clear()  # descriptions are per connection: send them again
+            errorlog.log.log(errorlog.NOTICE, "reconnected to the master's store")
+            self._reader_task = asyncio.ensure_future(self._read_replies())
+            return
 
     def _route_id(self, route: RoutePlan) -> int:
         known = self._routes.get(id(route))
@@ -285,7 +317,11 @@ class SharedStoreClient:
             self._send(message)
             reply = await asyncio.wait_for(future, self.timeout)
         except TimeoutError:
+            self._abandoned[req_id] = message[0]
             raise StoreUnavailable("the master's store did not answer in time") from None
+        except asyncio.CancelledError:
+            self._abandoned[req_id] = message[0]  # its reply may grant a slot: released on arrival
+            raise
         finally:
             self._pending.pop(req_id, None)
         if len(reply) > 2:
@@ -338,7 +374,9 @@ class SharedStoreClient:
         decision.taken = []
 
     async def close(self) -> None:
+        self._closing = True
         if self._writer is not None:
             self._writer.close()
-        if self._reader_task is not None:
-            self._reader_task.cancel()
+        for task in (self._reader_task, self._reconnect_task):
+            if task is not None:
+                task.cancel()
