@@ -45,7 +45,7 @@ from gateway.limits.conn import ConnDecision
 from gateway.store import lua
 from gateway.store.base import LimitSet, Verdict
 from gateway.store.memory import MemoryStore
-from gateway.store.resp import NoScript, RespClient, RespError
+from gateway.store.resp import NoScript, RespClient, RespError, encode, encode_args
 
 LEASE_MS = 30_000
 RENEW_EVERY_S = 10.0
@@ -134,6 +134,7 @@ class RedisStore:
         self.fast = RespClient(spec.url, self.timeout) if spec.url and not spec.cluster and not spec.sentinel else None
         self._pending_undo: list[Coroutine[Any, Any, None]] = []  # cluster: undo calls of this decision
         self._background: Any = None
+        self._static: dict[tuple[Any, ...], tuple[LimitSet, tuple[list[int], list[Any], bytes]]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def configure(self, zones: Any) -> None:
@@ -230,29 +231,39 @@ class RedisStore:
             errorlog.log.log(errorlog.NOTICE, "Redis answers again: circuit closed")
             return
 
-    async def _eval(self, name: str, keys: Sequence[bytes], args: Sequence[Any]) -> Any:
-        """One script call, NOSCRIPT recovery included, within one ``timeout``."""
+    async def _eval(
+        self, name: str, keys: Sequence[bytes], args: Sequence[Any], tail: Sequence[Any] = (), tail_bytes: bytes = b""
+    ) -> Any:
+        """One script call, NOSCRIPT recovery included, within one ``timeout``.
+
+        ``tail`` are more arguments after ``args``; ``tail_bytes`` the same, already encoded.
+        """
         if self.breaker.open:
             raise StoreUnavailable("Redis circuit is open")
         sha = lua.sha1(name)
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    result = await self._evalsha(sha, keys, args)
+                    result = await self._evalsha(sha, keys, args, tail, tail_bytes)
                 except (NoScriptError, NoScript):
                     # Redis restarted or failed over: its script cache is empty. Load, retry once.
                     errorlog.log.warning("Redis lost its scripts (NOSCRIPT): loading them again")
                     await self._load_scripts()
-                    result = await self._evalsha(sha, keys, args)
+                    result = await self._evalsha(sha, keys, args, tail, tail_bytes)
         except (TimeoutError, RedisError, RespError, OSError) as exc:
+            if isinstance(exc, TimeoutError) and self.fast is not None:
+                self.fast.abort("Redis did not answer in time")
             raise self._unavailable(exc) from exc
         self.breaker.success()
         return result
 
-    def _evalsha(self, sha: str, keys: Sequence[bytes], args: Sequence[Any]) -> Awaitable[Any]:
+    def _evalsha(
+        self, sha: str, keys: Sequence[bytes], args: Sequence[Any], tail: Sequence[Any], tail_bytes: bytes
+    ) -> Awaitable[Any]:
         if self.fast is not None:
-            return self.fast.call("EVALSHA", sha, len(keys), *keys, *args)
-        return self.client.evalsha(sha, len(keys), *keys, *args)  # type: ignore[no-any-return]
+            head = ("EVALSHA", sha, len(keys), *keys, *args)
+            return self.fast.call_encoded(encode(head, tail_bytes, len(tail)))
+        return self.client.evalsha(sha, len(keys), *keys, *args, *tail)  # type: ignore[no-any-return]
 
     # -- keys --------------------------------------------------------------------------------------
     def _req_key(self, zone: str, key: bytes) -> bytes:
@@ -424,21 +435,35 @@ class RedisStore:
     async def _call_request(
         self, route: LimitSet, part: list[_Item], now: int, take_conn: bool, member: bytes
     ) -> list[Any]:
-        keys = [item[2] for kind in "rcn" for item in part if item[0] == kind]
+        order, tail, tail_bytes = self._static_args(route, part, take_conn)
+        keys = [part[j][2] for j in order]
+        return list(await self._eval("request.lua", keys, [now, member], tail, tail_bytes))
+
+    def _static_args(self, route: LimitSet, part: list[_Item], take_conn: bool) -> tuple[list[int], list[Any], bytes]:
+        """What a request.lua call carries that depends only on the route: computed once."""
+        signature = (id(route), tuple((kd, i) for kd, i, _, _ in part), take_conn)
+        cached = self._static.get(signature)
+        if cached is not None and cached[0] is route:
+            return cached[1]
+        order = [j for kind in "rcn" for j, item in enumerate(part) if item[0] == kind]
         reqs = [i for kd, i, _, _ in part if kd == "r"]
         counts = [i for kd, i, _, _ in part if kd == "c"]
         conns = [i for kd, i, _, _ in part if kd == "n"]
-        args: list[Any] = [now, 1 if route.dry_run else 0, len(reqs), len(counts), len(conns)]
-        args += [1 if take_conn else 0, LEASE_MS, member]
+        tail: list[Any] = [1 if route.dry_run else 0, len(reqs), len(counts), len(conns)]
+        tail += [1 if take_conn else 0, LEASE_MS]
         for i in reqs:
             lim = route.limit_req[i]
-            args += [lim.rate_m, lim.burst_m, min(lim.delay_m, 2**53), lim.ban_ms // 1000]
+            tail += [lim.rate_m, lim.burst_m, min(lim.delay_m, 2**53), lim.ban_ms // 1000]
         for i in counts:
             lim = route.limit_count[i]
-            args += [lim.limit, lim.window_ms]
+            tail += [lim.limit, lim.window_ms]
         for i in conns:
-            args.append(route.limit_conn[i].max)
-        return list(await self._eval("request.lua", keys, args))
+            tail.append(route.limit_conn[i].max)
+        value = (order, tail, encode_args(tail))
+        if len(self._static) > 10_000:
+            self._static.clear()
+        self._static[signature] = (route, value)
+        return value
 
     def _merge(
         self, route: LimitSet, verdict: Verdict, results: list[_Reply], wants_conn: bool, member: bytes, now: int

@@ -45,19 +45,18 @@ class RespConnectionError(ConnectionError):
         self.collateral = collateral
 
 
-def encode(args: tuple[Any, ...]) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
+def encode_args(args: tuple[Any, ...] | list[Any]) -> bytes:
+    """Bulk strings for ``args``, without the array header (see ``encode``)."""
+    out = []
     for arg in args:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        else:
-            data = str(arg).encode()
-        out.append(b"$%d\r\n" % len(data))
-        out.append(data)
-        out.append(b"\r\n")
+        data = arg if isinstance(arg, bytes) else (arg.encode() if isinstance(arg, str) else str(arg).encode())
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
+
+
+def encode(args: tuple[Any, ...], tail: bytes = b"", tail_count: int = 0) -> bytes:
+    """A command: ``args``, then ``tail_count`` arguments already encoded in ``tail``."""
+    return b"*%d\r\n" % (len(args) + tail_count) + encode_args(args) + tail
 
 
 class _PyReader:
@@ -162,11 +161,14 @@ class RespConnection(asyncio.Protocol):
             self.transport.close()
 
     def send(self, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        return self.send_encoded(encode(args))
+
+    def send_encoded(self, data: bytes) -> asyncio.Future[Any]:
         if self.closed or self.transport is None:
             raise RespConnectionError("not connected to Redis")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.waiters.append(future)
-        self.transport.write(encode(args))
+        self.transport.write(data)
         return future
 
 
@@ -234,6 +236,16 @@ class RespClient:
             if self.connection is not None:
                 self.connection.fail(RespConnectionError("Redis did not answer in time"))
             raise
+
+    async def call_encoded(self, data: bytes) -> Any:
+        """Send an encoded command; the caller bounds the wait and calls ``abort`` on timeout."""
+        conn = await self.connection_()
+        return await conn.send_encoded(data)
+
+    def abort(self, reason: str) -> None:
+        """A command did not get its reply in time: drop the connection (and what waits on it)."""
+        if self.connection is not None:
+            self.connection.fail(RespConnectionError(reason))
 
     def close(self) -> None:
         if self.connection is not None:

@@ -10,7 +10,8 @@ Per-key arithmetic and state formats are those of limit_req.lua, limit_count.lua
 and limit_conn.lua (included below), so OpenResty nodes share the limit_req keys.
 
 KEYS: the req keys, then the count keys, then the conn keys (only those with a key)
-ARGV: now_ms, dry (0/1), n_req, n_count, n_conn, take_conn (0/1), lease_ms, member,
+(the per-request values come first in ARGV; the rest is fixed per route, and encoded once)
+ARGV: now_ms, member, dry (0/1), n_req, n_count, n_conn, take_conn (0/1), lease_ms,
       then per req zone: rate_m, burst_m, delay_m, ban_s
       then per count zone: limit, window_ms
       then per conn zone: max
@@ -25,11 +26,11 @@ Reply: {rc, fail_index, fail_excess, ban_ms, delay_ms, delay_index,
 --#include limit_conn.lua
 
 local now = tonumber(ARGV[1])
-local dry = ARGV[2] == '1'
-local n_req, n_count, n_conn = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local take_conn = ARGV[6] == '1'
-local lease_ms = tonumber(ARGV[7])
-local member = ARGV[8]
+local member = ARGV[2]
+local dry = ARGV[3] == '1'
+local n_req, n_count, n_conn = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local take_conn = ARGV[7] == '1'
+local lease_ms = tonumber(ARGV[8])
 local arg = 9
 
 local rc, fail_index, fail_excess, ban_ms = 1, 0, 0, 0
