@@ -485,7 +485,7 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
             r.error(zpath, "expected a mapping with type, key and the zone's parameters")
             continue
         ztype = body.get("type")
-        if ztype not in ZONE_KEYS:
+        if not isinstance(ztype, str) or ztype not in ZONE_KEYS:
             r.error(
                 zpath + ("type",) if "type" in body else zpath,
                 f"zone type must be req, count or conn, got {ztype!r}"
