@@ -513,7 +513,7 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
             continue
         out[name] = ZoneSpec(
             name=name,
-            type=ztype,
+            type=ztype,  # type: ignore[arg-type]  # checked against ZONE_KEYS above
             key=key,
             size=zone_size,
             rate=rate,
