@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -87,7 +89,8 @@ documents = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=600, deadline=None)
+# Reproducible in CI (the same examples every run); exploring new ones on a developer's machine.
+@settings(max_examples=600, deadline=None, derandomize=bool(os.environ.get("CI")))
 @given(documents)
 def test_any_document_loads_or_reports_errors(document):
     text = yaml.safe_dump(document, allow_unicode=True)

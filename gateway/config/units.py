@@ -18,19 +18,22 @@ _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _SIZE = re.compile(r"(\d+)([kmg]?)", re.IGNORECASE)
 
 
+MAX_DURATION_MS = 366 * 86_400_000  # a year: longer is a typo, and would overflow timers
+
+
 def parse_duration_ms(value: object) -> int:
-    """Return a duration in whole milliseconds."""
+    """Return a duration in whole milliseconds (0 .. one year)."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration such as 5s or 250ms, got {value!r}")
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"a duration cannot be negative, got {value!r}")
-        return round(value * 1000)
+        if value != value or value < 0:  # NaN or negative
+            raise ValueError(f"a duration cannot be negative or NaN, got {value!r}")
+        return _bounded(value * 1000, value)
     if not isinstance(value, str):
         raise ValueError(f"expected a duration such as 5s or 250ms, got {value!r}")
     text = value.strip().replace(" ", "")
     if re.fullmatch(r"\d+(?:\.\d+)?", text):
-        return round(float(text) * 1000)
+        return _bounded(float(text) * 1000, value)
     total = 0.0
     pos = 0
     for match in _DURATION_PART.finditer(text):
@@ -40,7 +43,13 @@ def parse_duration_ms(value: object) -> int:
         pos = match.end()
     if pos != len(text) or not text:
         raise ValueError(f"invalid duration {value!r}: use a number with ms, s, m, h or d (e.g. 5s, 250ms, 1h30m)")
-    return round(total)
+    return _bounded(total, value)
+
+
+def _bounded(ms: float, value: object) -> int:
+    if not ms <= MAX_DURATION_MS:  # also false for inf and NaN
+        raise ValueError(f"duration {value!r} is longer than a year")
+    return round(ms)
 
 
 def parse_size(value: object) -> int:
