@@ -81,6 +81,7 @@ class Pipeline:
         if route is None:
             return responses.error(404, accept, "no route for this URI")
         ctx.route = route
+        pool = pools[route.upstream]  # before any limit is taken: nothing to give back if it fails
         # 3. access rules: deny is always 403; allow is never limited nor banned; then bans
         if config.deny and ctx.client in config.deny:
             errorlog.request_event("error", ctx, "access forbidden by rule")
@@ -100,9 +101,12 @@ class Pipeline:
                 await self.limiter.take_conn(admission, ctx)
             if admission.response is not None:
                 return admission.response
+        # 5. proxy (and 6. the log line, written when the response is done)
+        pool.in_flight += 1
         try:
-            return await self._proxy(request, ctx, config, route, admission, pools[route.upstream])
+            return await self._forward(request, ctx, config, route, admission, pool)
         finally:
+            pool.in_flight -= 1
             if admission is not None:
                 self.limiter.finish(admission)
 
@@ -112,22 +116,6 @@ class Pipeline:
         if ban.until_ms:
             headers["Retry-After"] = str(max(1, -(-(ban.until_ms - epoch_ms()) // 1000)))
         return responses.error(self.config.spec.bans.status, accept, "client banned", headers=headers)
-
-    async def _proxy(
-        self,
-        request: web.BaseRequest,
-        ctx: RequestContext,
-        config: CompiledConfig,
-        route: RoutePlan,
-        admission: Admission | None,
-        pool: UpstreamPool,
-    ) -> web.StreamResponse:
-        # 5. proxy (and 6. the log line, written when the response is done)
-        pool.in_flight += 1
-        try:
-            return await self._forward(request, ctx, config, route, admission, pool)
-        finally:
-            pool.in_flight -= 1
 
     async def _forward(
         self,
@@ -147,7 +135,6 @@ class Pipeline:
                 trusted_peer=trusted_peer,
                 scheme=ctx.scheme,
                 host_override=pool.spec.host,
-                websocket=True,
             )
             return await forward_websocket(request, ctx, pool, headers)
         extra = self.limiter.headers(admission) if admission is not None else ()

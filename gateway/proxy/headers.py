@@ -46,6 +46,46 @@ def connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> froz
     return frozenset(t.strip().lower() for v in values for t in v.split(",") if t.strip())
 
 
+def _upstream_fields(
+    incoming: CIMultiDictProxy[str],
+    skip: frozenset[str],
+    named: frozenset[str],
+    *,
+    peer_ip: str,
+    client_ip: str,
+    trusted_peer: bool,
+    scheme: str,
+    host_override: str | None,
+) -> list[tuple[str, str]]:
+    """The client's headers minus hop-by-hop, ``skip`` and those ``named`` in Connection,
+    then Host and the forwarding headers, in one pass.
+
+    Forwarding headers from an untrusted peer are replaced, not extended."""
+    fields: list[tuple[str, str]] = []
+    host = incoming.get("Host", "")
+    prior = forwarded_proto = forwarded_host = ""
+    for item in incoming.items():
+        lname = item[0].lower()
+        if lname in HOP_BY_HOP or lname in _REQUEST_REPLACED:
+            if trusted_peer:
+                if lname == "x-forwarded-for":
+                    prior = f"{prior}, {item[1]}" if prior else item[1]
+                elif lname == "x-forwarded-proto" and not forwarded_proto:
+                    forwarded_proto = item[1]
+                elif lname == "x-forwarded-host" and not forwarded_host:
+                    forwarded_host = item[1]
+            continue
+        if lname in skip or (named and lname in named):
+            continue
+        fields.append(item)
+    fields.append(("Host", host_override or host))
+    fields.append(("X-Forwarded-For", f"{prior}, {peer_ip}" if prior else peer_ip))
+    fields.append(("X-Forwarded-Proto", forwarded_proto or scheme))
+    fields.append(("X-Forwarded-Host", forwarded_host or host))
+    fields.append(("X-Real-IP", client_ip))
+    return fields
+
+
 def upstream_request_headers(
     incoming: CIMultiDictProxy[str],
     *,
@@ -54,37 +94,20 @@ def upstream_request_headers(
     trusted_peer: bool,
     scheme: str,
     host_override: str | None,
-    websocket: bool = False,
 ) -> CIMultiDict[str]:
-    named = connection_tokens(incoming)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in incoming.items():
-        lname = name.lower()
-        if lname in HOP_BY_HOP or lname in _REQUEST_REPLACED or (named and lname in named):
-            continue
-        if websocket and lname in _WEBSOCKET_OWN:
-            continue
-        out.add(name, value)
-    host = incoming.get("Host", "")
-    out["Host"] = host_override or host
-    prior = ", ".join(incoming.getall("X-Forwarded-For", ())) if trusted_peer else ""
-    out["X-Forwarded-For"] = f"{prior}, {peer_ip}" if prior else peer_ip
-    out["X-Forwarded-Proto"] = (trusted_peer and incoming.get("X-Forwarded-Proto")) or scheme
-    out["X-Forwarded-Host"] = (trusted_peer and incoming.get("X-Forwarded-Host")) or host
-    out["X-Real-IP"] = client_ip
-    return out
-
-
-def client_response_headers(upstream: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    """Upstream response headers minus hop-by-hop and framing (aiohttp re-frames the body)."""
-    named = connection_tokens(upstream)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in upstream.items():
-        lname = name.lower()
-        if lname in HOP_BY_HOP or lname == "content-length" or (named and lname in named):
-            continue
-        out.add(name, value)
-    return out
+    """The headers of a WebSocket handshake to the upstream (aiohttp adds its own Sec-WebSocket-*)."""
+    return CIMultiDict(
+        _upstream_fields(
+            incoming,
+            _WEBSOCKET_OWN,
+            connection_tokens(incoming),
+            peer_ip=peer_ip,
+            client_ip=client_ip,
+            trusted_peer=trusted_peer,
+            scheme=scheme,
+            host_override=host_override,
+        )
+    )
 
 
 def is_websocket_upgrade(headers: CIMultiDictProxy[str]) -> bool:
@@ -113,30 +136,18 @@ def request_head(
     Header bytes go out exactly as they came in (aiohttp decodes them as UTF-8 with
     surrogate escapes; the same codec turns them back into the original bytes).
     """
-    named = connection_tokens(incoming) - _FRAMING
+    fields = _upstream_fields(
+        incoming,
+        _CONTENT_LENGTH,
+        connection_tokens(incoming) - _FRAMING,
+        peer_ip=peer_ip,
+        client_ip=client_ip,
+        trusted_peer=trusted_peer,
+        scheme=scheme,
+        host_override=host_override,
+    )
     lines = [f"{method} {target} HTTP/1.1"]
-    host = incoming.get("Host", "")
-    prior = ""
-    forwarded_proto = forwarded_host = ""
-    for name, value in incoming.items():
-        lname = name.lower()
-        if lname in HOP_BY_HOP or lname in _REQUEST_REPLACED:
-            if trusted_peer:
-                if lname == "x-forwarded-for":
-                    prior = f"{prior}, {value}" if prior else value
-                elif lname == "x-forwarded-proto" and not forwarded_proto:
-                    forwarded_proto = value
-                elif lname == "x-forwarded-host" and not forwarded_host:
-                    forwarded_host = value
-            continue
-        if lname == "content-length" or (named and lname in named):
-            continue
-        lines.append(f"{name}: {value}")
-    lines.append(f"Host: {host_override or host}")
-    lines.append(f"X-Forwarded-For: {prior}, {peer_ip}" if prior else f"X-Forwarded-For: {peer_ip}")
-    lines.append(f"X-Forwarded-Proto: {forwarded_proto or scheme}")
-    lines.append(f"X-Forwarded-Host: {forwarded_host or host}")
-    lines.append(f"X-Real-IP: {client_ip}")
+    lines += map(": ".join, fields)
     if chunked:
         lines.append("Transfer-Encoding: chunked")
     elif content_length is not None:
@@ -147,6 +158,7 @@ def request_head(
 
 _HOP_BYTES = frozenset(h.encode() for h in HOP_BY_HOP)
 _FRAMING = frozenset({"content-length", "transfer-encoding", "host"})
+_CONTENT_LENGTH = frozenset({"content-length"})
 
 
 def _text(value: bytes) -> str:
