@@ -41,10 +41,10 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-class ReqZone:
-    """A limit_req zone: implements ``nginx_req.ReqTable``."""
+class _LruZone:
+    """States by key, least recently used first, charged ENTRY_COST + len(key) against ``size``."""
 
-    kind = "req"
+    kind: str
 
     def __init__(self, spec: ZoneSpec) -> None:
         self.nodes: OrderedDict[bytes, int] = OrderedDict()
@@ -52,10 +52,8 @@ class ReqZone:
         self.reconfigure(spec)
 
     def reconfigure(self, spec: ZoneSpec) -> None:
-        assert spec.rate is not None
         self.spec = spec
         self.size = spec.size
-        self.rate_m = spec.rate.rate_m
         while self.used > self.size and self.nodes:
             self._drop_lru()
 
@@ -64,6 +62,27 @@ class ReqZone:
         if state is not None:
             self.nodes.move_to_end(key)
         return state
+
+    def _drop(self, key: bytes) -> None:
+        del self.nodes[key]
+        self.used -= ENTRY_COST + len(key)
+
+    def _drop_lru(self) -> None:
+        self._drop(next(iter(self.nodes)))
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+class ReqZone(_LruZone):
+    """A limit_req zone: implements ``nginx_req.ReqTable``."""
+
+    kind = "req"
+
+    def reconfigure(self, spec: ZoneSpec) -> None:
+        assert spec.rate is not None
+        self.rate_m = spec.rate.rate_m
+        super().reconfigure(spec)
 
     def peek(self, key: bytes) -> int | None:
         return self.nodes.get(key)
@@ -95,36 +114,9 @@ class ReqZone:
             n += 1
             self._drop(key)
 
-    def _drop(self, key: bytes) -> None:
-        del self.nodes[key]
-        self.used -= ENTRY_COST + len(key)
 
-    def _drop_lru(self) -> None:
-        self._drop(next(iter(self.nodes)))
-
-    def __len__(self) -> int:
-        return len(self.nodes)
-
-
-class CountZone:
+class CountZone(_LruZone):
     kind = "count"
-
-    def __init__(self, spec: ZoneSpec) -> None:
-        self.nodes: OrderedDict[bytes, int] = OrderedDict()
-        self.used = 0
-        self.reconfigure(spec)
-
-    def reconfigure(self, spec: ZoneSpec) -> None:
-        self.spec = spec
-        self.size = spec.size
-        while self.used > self.size and self.nodes:
-            self._drop(next(iter(self.nodes)))
-
-    def get(self, key: bytes) -> int | None:
-        state = self.nodes.get(key)
-        if state is not None:
-            self.nodes.move_to_end(key)
-        return state
 
     def store(self, key: bytes, state: int, now: int) -> None:
         if key in self.nodes:
@@ -139,16 +131,9 @@ class CountZone:
                 break
             self._drop(old_key)
         while self.used + cost > self.size and self.nodes:
-            self._drop(next(iter(self.nodes)))
+            self._drop_lru()
         self.nodes[key] = state
         self.used += cost
-
-    def _drop(self, key: bytes) -> None:
-        del self.nodes[key]
-        self.used -= ENTRY_COST + len(key)
-
-    def __len__(self) -> int:
-        return len(self.nodes)
 
 
 class ConnZone:

@@ -169,18 +169,14 @@ class RedisStore:
         await asyncio.sleep(0)
         if self.fast is not None:
             self.fast.close()
-        if self._background is not None:
+        for client in (self._background, self.client):
+            if client is None:
+                continue
             with contextlib.suppress(Exception):
                 if self.cluster:
-                    await self._background.aclose()
+                    await client.aclose()
                 else:
-                    await self._background.aclose(close_connection_pool=True)
-        if self.client is not None:
-            with contextlib.suppress(Exception):
-                if self.cluster:
-                    await self.client.aclose()
-                else:
-                    await self.client.aclose(close_connection_pool=True)
+                    await client.aclose(close_connection_pool=True)
 
     # -- calling Redis -----------------------------------------------------------------------------
     async def _load_scripts(self) -> None:
