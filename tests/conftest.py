@@ -8,6 +8,11 @@ import pytest
 from tests.helpers import Gateway, Upstream, free_port
 from tests.redis_procs import RedisCluster, RedisSentinelSet, RedisServer, require_redis_binaries
 
+# For every test: "redis_server" (a server of the test's own, free to be killed and
+# restarted) and "redis_server_factory" (servers with their own options).
+from tests.redis_procs import redis_server as _redis_server_fixture  # noqa: F401
+from tests.redis_procs import redis_server_factory as _redis_server_factory_fixture  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def redis_session() -> Iterator[RedisServer]:
@@ -18,24 +23,6 @@ def redis_session() -> Iterator[RedisServer]:
         yield server.start()
     finally:
         server.close()
-
-
-@pytest.fixture
-def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RedisServer]]:
-    """``make(**RedisServer kwargs)``: servers with their own options, stopped after the test."""
-    require_redis_binaries()
-    made: list[RedisServer] = []
-
-    def make(**kwargs: object) -> RedisServer:
-        server = RedisServer(**kwargs)  # type: ignore[arg-type]
-        made.append(server)
-        return server.start()
-
-    try:
-        yield make
-    finally:
-        for server in made:
-            server.close()
 
 
 @pytest.fixture(scope="session")
@@ -58,17 +45,6 @@ def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSe
         yield sentinels.start()
     finally:
         sentinels.close()
-
-
-@pytest.fixture
-def redis_fresh() -> Iterator[RedisServer]:
-    """A redis-server of this test's own, free to be killed and restarted."""
-    require_redis_binaries()
-    server = RedisServer()
-    try:
-        yield server.start()
-    finally:
-        server.close()
 
 
 @pytest.fixture

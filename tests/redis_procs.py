@@ -774,22 +774,21 @@ class RedisCluster(_Group):
             )
         return rows
 
-    @property
-    def masters(self) -> list[RedisServer]:
-        """Nodes that are masters now and not failed (per a responsive node's view)."""
+    def _live_with_flag(self, flag: str) -> list[RedisServer]:
         out = []
         for row in self.cluster_nodes():
-            if "master" in row["flags"] and "fail" not in row["flags"]:
+            if flag in row["flags"] and "fail" not in row["flags"]:
                 out.append(self._by_port(row["port"]))
         return sorted(out, key=self.nodes.index)
 
     @property
+    def masters(self) -> list[RedisServer]:
+        """Nodes that are masters now and not failed (per a responsive node's view)."""
+        return self._live_with_flag("master")
+
+    @property
     def replicas(self) -> list[RedisServer]:
-        out = []
-        for row in self.cluster_nodes():
-            if "slave" in row["flags"] and "fail" not in row["flags"]:
-                out.append(self._by_port(row["port"]))
-        return sorted(out, key=self.nodes.index)
+        return self._live_with_flag("slave")
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:

@@ -152,12 +152,12 @@ async def test_an_automatic_ban_holds_on_every_node(gateway_factory, upstream, r
 
 
 @pytest.mark.parametrize("policy", ["local", "allow", "deny"])
-async def test_redis_killed_and_restarted_under_load(gateway_factory, upstream, redis_fresh, policy):
+async def test_redis_killed_and_restarted_under_load(gateway_factory, upstream, redis_server, policy):
     prefix = f"f{uuid.uuid4().hex[:6]}:"
     gw = gateway_factory(
         node_config(
             upstream,
-            redis_fresh.url,
+            redis_server.url,
             prefix,
             on_error=policy,
             timeout="50ms",
@@ -185,13 +185,13 @@ async def test_redis_killed_and_restarted_under_load(gateway_factory, upstream, 
     clients = [asyncio.ensure_future(client(n)) for n in range(6)]
     await asyncio.sleep(1.0)
     phase = "down"
-    redis_fresh.kill()
+    redis_server.kill()
     await asyncio.sleep(1.5)
-    redis_fresh.restart()
+    redis_server.restart()
     restarted = time.monotonic()
     phase = "after"
     recovered_at = None
-    client_redis = redis.Redis(port=redis_fresh.port)
+    client_redis = redis.Redis(port=redis_server.port)
     while time.monotonic() - restarted < 3 and recovered_at is None:
         if client_redis.exists(f"{prefix}per_key:c0", f"{prefix}per_key:c1", f"{prefix}per_key:c2"):
             recovered_at = time.monotonic()

@@ -34,8 +34,6 @@ from tests.redis_procs import (
 # and node kills below never touch the session-wide ones in tests/conftest.py).
 from tests.redis_procs import redis_cluster as _redis_cluster_fixture  # noqa: F401
 from tests.redis_procs import redis_sentinel as _redis_sentinel_fixture  # noqa: F401
-from tests.redis_procs import redis_server as _redis_server_fixture  # noqa: F401
-from tests.redis_procs import redis_server_factory as _redis_server_factory_fixture  # noqa: F401
 
 pytestmark = pytest.mark.redis
 

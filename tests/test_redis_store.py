@@ -60,11 +60,11 @@ async def wait_closed(store: RedisStore, limit: float = 3.0) -> float:
     return time.monotonic() - started
 
 
-async def test_a_hung_redis_costs_at_most_the_timeout_then_nothing(redis_fresh):
-    store = await open_store(redis_fresh.url, timeout_ms=50)
+async def test_a_hung_redis_costs_at_most_the_timeout_then_nothing(redis_server):
+    store = await open_store(redis_server.url, timeout_ms=50)
     try:
         assert (await admit(store)).req.rc == nginx_req.OK
-        redis_fresh.pause()  # accepts connections, never answers
+        redis_server.pause()  # accepts connections, never answers
         for _ in range(2):
             started = time.monotonic()
             with pytest.raises(StoreUnavailable):
@@ -76,20 +76,20 @@ async def test_a_hung_redis_costs_at_most_the_timeout_then_nothing(redis_fresh):
             with pytest.raises(StoreUnavailable):
                 await admit(store)
         assert time.monotonic() - started < 0.05
-        redis_fresh.resume()
+        redis_server.resume()
         assert await wait_closed(store) < 1.0  # recovered within a second of Redis returning
         # (the two commands that timed out reach Redis when it resumes, and are charged then:
         # that errs on the strict side, and is why a fresh key is used here)
         assert (await admit(store, b"fresh")).req.rc == nginx_req.OK
     finally:
-        redis_fresh.resume()
+        redis_server.resume()
         await store.close()
 
 
-async def test_local_fallback_keeps_limiting_while_redis_is_down(redis_fresh):
-    store = await open_store(redis_fresh.url, on_error="local")
+async def test_local_fallback_keeps_limiting_while_redis_is_down(redis_server):
+    store = await open_store(redis_server.url, on_error="local")
     try:
-        redis_fresh.kill()
+        redis_server.kill()
         outcomes = [(await admit(store, b"x")).req.rc for _ in range(4)]
         # burst 1: the embedded store still lets two through, rejects the third and bans the key
         assert outcomes == [nginx_req.OK, nginx_req.OK, nginx_req.BUSY, nginx_req.FORBIDDEN]
@@ -97,32 +97,32 @@ async def test_local_fallback_keeps_limiting_while_redis_is_down(redis_fresh):
         await store.close()
 
 
-async def test_scripts_come_back_after_a_restart_without_an_error(redis_fresh):
-    store = await open_store(redis_fresh.url, on_error="deny", timeout_ms=200)
+async def test_scripts_come_back_after_a_restart_without_an_error(redis_server):
+    store = await open_store(redis_server.url, on_error="deny", timeout_ms=200)
     try:
         assert (await admit(store, b"a")).req.rc == nginx_req.OK
-        redis_fresh.restart()  # same port, empty script cache and data
+        redis_server.restart()  # same port, empty script cache and data
         await asyncio.sleep(0.05)
         verdict = await admit(store, b"a")  # NOSCRIPT is handled inside the store
         assert verdict.req.rc == nginx_req.OK
         assert not store.breaker.open
-        client = redis.Redis(port=redis_fresh.port)
+        client = redis.Redis(port=redis_server.port)
         assert int(client.info("commandstats")["cmdstat_script|load"]["calls"]) >= 1  # reloaded
         client.close()
     finally:
         await store.close()
 
 
-async def test_ban_runs_on_the_redis_clock_and_is_remembered_locally(redis_fresh):
-    store = await open_store(redis_fresh.url)
-    client = redis.Redis(port=redis_fresh.port)
+async def test_ban_runs_on_the_redis_clock_and_is_remembered_locally(redis_server):
+    store = await open_store(redis_server.url)
+    client = redis.Redis(port=redis_server.port)
     try:
         assert [(await admit(store, b"bad")).req.rc for _ in range(3)] == [nginx_req.OK, nginx_req.OK, nginx_req.BUSY]
         calls_before = int(client.info("commandstats")["cmdstat_evalsha"]["calls"])
         for _ in range(50):  # a banned client's flood costs no Redis traffic
             assert (await admit(store, b"bad")).req.rc == nginx_req.FORBIDDEN
         assert int(client.info("commandstats")["cmdstat_evalsha"]["calls"]) == calls_before
-        other = await open_store(redis_fresh.url, prefix=store.spec.prefix)  # another node
+        other = await open_store(redis_server.url, prefix=store.spec.prefix)  # another node
         assert (await admit(other, b"bad")).req.rc == nginx_req.FORBIDDEN  # learns it from Redis
         await asyncio.sleep(1.1)
         assert (await admit(store, b"bad")).req.rc == nginx_req.OK
@@ -133,12 +133,12 @@ async def test_ban_runs_on_the_redis_clock_and_is_remembered_locally(redis_fresh
         await store.close()
 
 
-async def test_conn_leases_of_a_dead_node_run_out_and_live_ones_are_renewed(redis_fresh, monkeypatch):
+async def test_conn_leases_of_a_dead_node_run_out_and_live_ones_are_renewed(redis_server, monkeypatch):
     monkeypatch.setattr(redis_store, "LEASE_MS", 600)
     monkeypatch.setattr(redis_store, "RENEW_EVERY_S", 0.15)
     prefix = f"t{uuid.uuid4().hex[:8]}:"
-    live = await open_store(redis_fresh.url, prefix=prefix)
-    dead = await open_store(redis_fresh.url, prefix=prefix)
+    live = await open_store(redis_server.url, prefix=prefix)
+    dead = await open_store(redis_server.url, prefix=prefix)
     try:
         held = (await admit(live, b"u", "/c")).conn
         assert held is not None and held.rejected == -1
@@ -158,11 +158,11 @@ async def test_conn_leases_of_a_dead_node_run_out_and_live_ones_are_renewed(redi
         await dead.close()
 
 
-async def test_a_long_request_keeps_its_slot_beyond_the_set_expiry(redis_fresh, monkeypatch):
+async def test_a_long_request_keeps_its_slot_beyond_the_set_expiry(redis_server, monkeypatch):
     monkeypatch.setattr(redis_store, "LEASE_MS", 500)
     monkeypatch.setattr(redis_store, "RENEW_EVERY_S", 0.1)
     prefix = f"t{uuid.uuid4().hex[:8]}:"
-    store = await open_store(redis_fresh.url, prefix=prefix)
+    store = await open_store(redis_server.url, prefix=prefix)
     try:
         held = (await admit(store, b"u", "/c")).conn
         assert held is not None and held.rejected == -1
@@ -172,8 +172,8 @@ async def test_a_long_request_keeps_its_slot_beyond_the_set_expiry(redis_fresh, 
         await store.close()
 
 
-async def test_a_cancelled_admission_gives_its_slot_back(redis_fresh):
-    store = await open_store(redis_fresh.url, timeout_ms=500)
+async def test_a_cancelled_admission_gives_its_slot_back(redis_server):
+    store = await open_store(redis_server.url, timeout_ms=500)
     try:
         for _ in range(5):
             task = asyncio.ensure_future(admit(store, b"u", "/c"))
@@ -187,8 +187,8 @@ async def test_a_cancelled_admission_gives_its_slot_back(redis_fresh):
         await store.close()
 
 
-async def test_a_wrong_password_does_not_leak_connections(redis_fresh):
-    server = redis_fresh
+async def test_a_wrong_password_does_not_leak_connections(redis_server):
+    server = redis_server
     server.command("CONFIG", "SET", "requirepass", "right")
     url = f"redis://:wrong@127.0.0.1:{server.port}/0"
     store = await open_store(url, on_error="allow", timeout_ms=100)
@@ -203,10 +203,10 @@ async def test_a_wrong_password_does_not_leak_connections(redis_fresh):
         await store.close()
 
 
-async def test_expired_bans_are_deleted_only_if_unchanged(redis_fresh):
+async def test_expired_bans_are_deleted_only_if_unchanged(redis_server):
     from gateway.bans import _DELETE_IF_UNCHANGED
 
-    client = redis.Redis(port=redis_fresh.port)
+    client = redis.Redis(port=redis_server.port)
     client.hset("bans", mapping={"a": "old", "b": "old"})
     client.hset("bans", "b", "new")  # re-banned after the old value was read
     client.eval(_DELETE_IF_UNCHANGED, 1, "bans", "a", "old", "b", "old")

@@ -42,8 +42,6 @@ import asyncio
 import json
 import os
 import re
-import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +52,7 @@ import yaml
 
 from tests.differential.model import Analysis, Possible, canonical
 from tests.differential.scenario import ConnZone, Location, ReqZone, Scenario
-from tests.helpers import wait_port
+from tests.helpers import NginxProcess
 
 # -- configurations ------------------------------------------------------------------------------
 
@@ -177,50 +175,12 @@ def gateway_yaml(port: int, upstream: str, scenarios: list[Scenario]) -> str:
 # -- nginx as a child process ------------------------------------------------------------------------
 
 
-class Nginx:
+class Nginx(NginxProcess):
+    """nginx with the JSON access log that ``nginx_conf`` writes to ``workdir/access.log``."""
+
     def __init__(self, binary: str, workdir: Path, conf_text: str, port: int) -> None:
-        self.binary = binary
-        self.workdir = workdir
-        self.port = port
-        self.conf_path = workdir / "nginx.conf"
-        self.conf_path.write_text(conf_text)
-        self.error_log = workdir / "error.log"
+        super().__init__(binary, workdir, conf_text, port)
         self.access_log = workdir / "access.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Nginx:
-        cmd = [self.binary, "-p", f"{self.workdir}/", "-c", str(self.conf_path), "-e", str(self.error_log)]
-        check = subprocess.run([*cmd, "-t"], capture_output=True, text=True, timeout=30)
-        if check.returncode != 0:
-            raise RuntimeError(f"nginx -t failed:\n{check.stderr}\n{self.conf_path.read_text()}")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            wait_port(self.port, timeout=10, proc=self.proc)
-        except Exception as exc:
-            self.stop()
-            raise RuntimeError(f"nginx did not start: {exc}\n{self.errors()}") from None
-        return self
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-        self.proc = None
-
-    def errors(self) -> str:
-        return self.error_log.read_text(errors="replace") if self.error_log.exists() else ""
 
     def access(self) -> list[dict[str, object]]:
         if not self.access_log.exists():

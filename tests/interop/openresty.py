@@ -28,7 +28,6 @@ import http.client
 import os
 import shutil
 import socket
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.helpers import free_port, wait_port
+from tests.helpers import NginxProcess, free_port
 
 MODULE_DIRS = ("/usr/lib/nginx/modules", "/usr/share/nginx/modules", "/usr/lib64/nginx/modules")
 RESTY_CORE = "/usr/share/lua/5.1/resty/core.lua"
@@ -317,57 +316,21 @@ def http_get(port: int, target: str, timeout: float = 5.0) -> Hit:
         conn.close()
 
 
-class OpenResty:
+class OpenResty(NginxProcess):
     """nginx with the Lua limiter, a child of the test run with everything in ``workdir``."""
 
     def __init__(self, binary: str, modules: Path, workdir: Path, redis_port: int, script: Path) -> None:
-        self.binary = binary
-        self.workdir = workdir
-        self.port = free_port()
-        self.conf_path = workdir / "nginx.conf"
+        port = free_port()
         text = NGINX_CONF
         for name, value in {
             "MODULES": str(modules),
             "DIR": str(workdir),
-            "PORT": str(self.port),
+            "PORT": str(port),
             "REDIS_PORT": str(redis_port),
             "SCRIPT": str(script),
         }.items():
             text = text.replace(f"@@{name}@@", value)
-        self.conf_path.write_text(text)
-        self.error_log = workdir / "error.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def _cmd(self) -> list[str]:
-        return [self.binary, "-p", f"{self.workdir}/", "-c", str(self.conf_path), "-e", str(self.error_log)]
-
-    def start(self) -> OpenResty:
-        check = subprocess.run([*self._cmd(), "-t"], capture_output=True, text=True, timeout=30)
-        if check.returncode != 0:
-            raise RuntimeError(f"nginx -t failed:\n{check.stderr}")
-        self.proc = subprocess.Popen(self._cmd(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)  # fmt: skip
-        try:
-            wait_port(self.port, timeout=10, proc=self.proc)
-        except Exception as exc:
-            self.stop()
-            raise RuntimeError(f"nginx did not start: {exc}\n{self.errors()}") from None
-        return self
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def errors(self) -> str:
-        return self.error_log.read_text(errors="replace") if self.error_log.exists() else ""
+        super().__init__(binary, workdir, text, port)
 
     def limit(self, zone: str, rate: str = "2r/s", burst: float = 2, duration: int = 0, key: str | None = None) -> Hit:
         query: dict[str, str] = {"zone": zone, "rate": rate, "burst": str(burst), "duration": str(duration)}
