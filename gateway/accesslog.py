@@ -13,7 +13,6 @@ import asyncio
 import base64
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from aiohttp.abc import AbstractAccessLogger
 from gateway import errorlog
 from gateway.config.logformat import PRESETS, VARIABLE
 from gateway.context import RequestContext
+from gateway.escape import NEEDS_ESCAPE, escape
 
 if TYPE_CHECKING:
     from aiohttp.web import BaseRequest, StreamResponse
@@ -51,11 +51,6 @@ JSON_FIELDS = (
     "limit_count_status",
     "route",
 )
-_ESCAPE = {c: f"\\x{c:02X}" for c in list(range(0x20)) + [0x22, 0x5C] + list(range(0x7F, 0x100))}
-
-
-def _escape(value: str) -> str:
-    return "".join(_ESCAPE.get(ord(c), c) if ord(c) < 0x100 else c for c in value)
 
 
 class _Clock:
@@ -129,7 +124,7 @@ def _body_bytes(f: Fields) -> str:
 
 def _request_line(f: Fields) -> str:
     version = f.request.version
-    target = f.ctx.raw_target if f.ctx is not None else f.request.raw_path
+    target = f.ctx.request_target if f.ctx is not None else f.request.raw_path
     return f"{f.request.method} {target} HTTP/{version.major}.{version.minor}"
 
 
@@ -175,7 +170,6 @@ _SAFE = frozenset(
      "request_time", "upstream_status", "upstream_response_time", "limit_req_status", "limit_conn_status",
      "limit_count_status", "server_port", "scheme", "pid", "request_method", "server_protocol"}
 )  # fmt: skip
-_NEEDS_ESCAPE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")  # not printable ASCII, or " or \
 
 
 def _header_getter(name: str) -> Callable[[Fields], str]:
@@ -210,7 +204,7 @@ def compile_template(template: str) -> Callable[[Fields], str]:
     if pos < len(template):
         parts.append((template[pos:], None, True))
     frozen = tuple(parts)
-    needs_escape = _NEEDS_ESCAPE.search
+    needs_escape = NEEDS_ESCAPE.search
 
     def render(fields: Fields) -> str:
         out = []
@@ -224,7 +218,7 @@ def compile_template(template: str) -> Callable[[Fields], str]:
             elif safe or needs_escape(value) is None:
                 out.append(value)
             else:
-                out.append(_escape(value))
+                out.append(escape(value))
         return "".join(out)
 
     return render

@@ -137,6 +137,10 @@ def _run(args: argparse.Namespace) -> int:
     errorlog.configure(spec.log.error, spec.log.level)
     for warning in spec.warnings:
         errorlog.log.warning("%s", warning)
+    from gateway.edge import raise_fd_limit
+
+    if not args.worker:
+        raise_fd_limit(spec.edge.worker_connections)  # workers inherit it
     workers = spec.workers or (os.cpu_count() or 1)
     if args.worker or workers == 1:
         return _event_loop_run(_serve(args.config, config, overrides, in_worker=args.worker))

@@ -31,12 +31,14 @@ class RequestContext:
         "raw_query",
         "raw_target",
         "request",
+        "request_target",
         "route",
         "scheme",
         "server_port",
         "started",
         "status",
         "upstream_addr",
+        "upstream_host",
         "upstream_status",
         "upstream_time",
         "uri",
@@ -48,13 +50,26 @@ class RequestContext:
         self.started = started
         self.method: str = request.method
         message = request._message  # the parsed request line, without re-encoding
-        self.raw_target: str = message.path
+        self.request_target: str = message.path  # as the client wrote it ($request)
+        self.raw_target: str = message.path  # origin-form: what the upstream receives ($request_uri)
         self.version = message.version
+        self.headers: CIMultiDictProxy[str] = request.headers
+        authority = self.headers.get("Host", "")
+        self.upstream_host: str | None = None  # a Host the upstream must get instead of the client's
+        if message.path[:1] != "/" and message.path[:8].lower().startswith(("http://", "https://")):
+            # RFC 9112 §3.2.2: an absolute-form target's authority replaces Host (nginx: $host).
+            scheme_end = message.path.index("://") + 3
+            path_at = message.path.find("/", scheme_end)
+            query_at = message.path.find("?", scheme_end)
+            cut = min(i for i in (path_at, query_at, len(message.path)) if i >= 0)
+            authority = message.path[scheme_end:cut]
+            rest = message.path[cut:]
+            self.raw_target = rest if rest.startswith("/") else "/" + rest
+            self.upstream_host = authority
         query_at = self.raw_target.find("?")
         self.raw_query: str = self.raw_target[query_at + 1 :] if query_at >= 0 else ""
         self.uri: str = ""
-        self.headers: CIMultiDictProxy[str] = request.headers
-        host = self.headers.get("Host", "")
+        host = authority.rsplit("@", 1)[-1]
         if host.startswith("["):
             host = host[: host.find("]") + 1]
         else:

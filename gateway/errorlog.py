@@ -14,6 +14,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from gateway.escape import escape
+
 if TYPE_CHECKING:
     from gateway.context import RequestContext
 
@@ -102,17 +104,19 @@ def configure(target: str, level: str) -> None:
 
 
 def request_suffix(ctx: RequestContext) -> str:
+    """nginx's ``client: ..., request: "...", host: "..."``; what the client wrote is escaped
+    as in the access log, so a ``Host: x", client: 6.6.6.6`` cannot forge a field."""
     version = ctx.version
     parts = [
         f"client: {ctx.client.text}",
         "server: ",
-        f'request: "{ctx.method} {ctx.raw_target} HTTP/{version.major}.{version.minor}"',
+        f'request: "{escape(ctx.method)} {escape(ctx.request_target)} HTTP/{version.major}.{version.minor}"',
     ]
     if ctx.upstream_addr:
         parts.append(f'upstream: "{ctx.upstream_addr}"')
     host = ctx.headers.get("Host")
     if host:
-        parts.append(f'host: "{host}"')
+        parts.append(f'host: "{escape(host)}"')
     return ", ".join(parts)
 
 

@@ -20,6 +20,7 @@ from gateway import errorlog, responses
 from gateway.accesslog import CTX_KEY, AccessLog
 from gateway.bans import Ban, BanList, epoch_ms
 from gateway.context import RequestContext
+from gateway.edge import unsupported_version
 from gateway.limiting import Admission, Limiter
 from gateway.plan import CompiledConfig, RoutePlan
 from gateway.proxy.forward import forward_http
@@ -65,6 +66,11 @@ class Pipeline:
         self, request: web.BaseRequest, ctx: RequestContext, config: CompiledConfig, pools: dict[str, UpstreamPool]
     ) -> web.StreamResponse:
         accept = request.headers.get("Accept", "")
+        refused = unsupported_version(request) or (400 if ctx.method == "CONNECT" else 0)
+        if refused:  # HTTP/0.9, HTTP/2.0 and up; CONNECT: never an open proxy
+            response = responses.error(refused, accept)
+            response.force_close()
+            return response
         # 1. real client address
         if config.realip.trusted:
             ctx.client = config.realip.resolve(ctx.peer, request.headers)

@@ -28,6 +28,7 @@ from gateway.admin import AdminApi
 from gateway.background import spawn
 from gateway.bans import BanList, LocalBans, RedisBans
 from gateway.config import load_config
+from gateway.edge import EdgeServer, edge_settings, set_server_tokens
 from gateway.errors import ConfigErrors
 from gateway.limiting import Limiter
 from gateway.overrides import Overrides
@@ -60,6 +61,7 @@ class GatewayServer:
         self.serves_admin = not reuse_port  # with several workers, the master serves it
         self.pipeline = Pipeline(config, self.upstreams, self.access_log, Limiter(self.store), self.banlist)
         self.runner: web.ServerRunner | None = None
+        self.edge: EdgeServer | None = None
         self.stopped = asyncio.Event()
         self._stopping = False
 
@@ -76,18 +78,17 @@ class GatewayServer:
         if self.serves_admin and self.bans is not None and self.config.spec.admin.listen is not None:
             await self._start_admin()
         self.upstreams.update(dict(self.config.spec.upstreams))
-        server = web.Server(
+        set_server_tokens(self.config.spec.edge.server_tokens)
+        self.edge = EdgeServer(
             self.pipeline.handle,
+            edge_settings(self.config.spec),
             handler_cancellation=True,
             access_log_class=aiohttp_logger_class(lambda: self.access_log),
             access_log=logging.getLogger("gateway.access"),
-            keepalive_timeout=75.0,
             auto_decompress=False,
-            max_line_size=8190,
-            max_field_size=8190,
             lingering_time=5.0,
         )
-        self.runner = web.ServerRunner(server, shutdown_timeout=self.config.spec.shutdown_timeout_ms / 1000)
+        self.runner = web.ServerRunner(self.edge, shutdown_timeout=self.config.spec.shutdown_timeout_ms / 1000)
         await self.runner.setup()
         for host, port in self.config.spec.listen:
             site = web.SockSite(
@@ -173,6 +174,9 @@ class GatewayServer:
         errors: list[str] = []
         if new.listen != old.listen or new.workers != old.workers:
             log.warning("listen and workers changes take effect on restart, not on reload")
+        if self.edge is not None:
+            self.edge.configure(edge_settings(new))
+            set_server_tokens(new.edge.server_tokens)
         retired = self.upstreams.update(dict(new.upstreams))
         self.store.configure(new.zones)
         if new.log != old.log:

@@ -374,3 +374,75 @@ class NginxProcess:
 
     def errors(self) -> str:
         return self.error_log.read_text(errors="replace") if self.error_log.exists() else ""
+
+
+class RawUpstream:
+    """A bare HTTP/1.1 upstream on a real socket that accepts any method and records request heads.
+
+    It answers every request with 200 and a JSON body naming the method, target and headers it
+    read; request bodies (Content-Length only) are read and counted. Unlike aiohttp it does not
+    refuse methods it does not know, so it can tell what the gateway really sent.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.heads: list[dict[str, Any]] = []
+        self.connections = 0
+        self._sock = socket.create_server(("127.0.0.1", self.port))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="raw-upstream", daemon=True)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> RawUpstream:
+        self._sock.settimeout(0.2)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        buffer = b""
+        conn.settimeout(10)
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:
+                        return
+                    if not data:
+                        return
+                    buffer += data
+                head, buffer = buffer.split(b"\r\n\r\n", 1)
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, version = lines[0].split(" ", 2)
+                headers = [tuple(line.split(": ", 1)) for line in lines[1:]]
+                length = next((int(v) for k, v in headers if k.lower() == "content-length"), 0)
+                while len(buffer) < length:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buffer += data
+                buffer = buffer[length:]
+                entry = {"method": method, "target": target, "version": version, "headers": headers, "body": length}
+                self.heads.append(entry)
+                body = json.dumps(entry).encode()
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(body), body)
+                )

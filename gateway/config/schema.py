@@ -86,6 +86,20 @@ class LogSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeSpec:
+    """How the gateway treats client connections (nginx's names and defaults)."""
+
+    worker_connections: int = 10240
+    client_header_timeout_ms: int = 60_000
+    keepalive_timeout_ms: int = 75_000  # 0: no keep-alive
+    send_timeout_ms: int = 60_000
+    max_connections_per_ip: int = 256  # 0: no cap (beyond nginx)
+    header_buffers: int = 4  # large_client_header_buffers 4 8k
+    header_buffer_size: int = 8192
+    server_tokens: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AdminSpec:
     listen: tuple[str, int] | None = ("127.0.0.1", 9180)
     token: str | None = None
@@ -191,6 +205,7 @@ class ConfigSpec:
     listen: tuple[tuple[str, int], ...]
     workers: int  # 0 means "auto": one per core
     shutdown_timeout_ms: int
+    edge: EdgeSpec
     real_ip: RealIpSpec
     log: LogSpec
     admin: AdminSpec
@@ -204,10 +219,20 @@ class ConfigSpec:
     warnings: tuple[str, ...] = field(default=())
 
 
+EDGE_KEYS = (
+    "worker_connections",
+    "client_header_timeout",
+    "keepalive_timeout",
+    "send_timeout",
+    "max_connections_per_ip",
+    "large_client_header_buffers",
+    "server_tokens",
+)
 TOP_KEYS = (
     "listen",
     "workers",
     "shutdown_timeout",
+    *EDGE_KEYS,
     "real_ip",
     "log",
     "admin",
@@ -259,6 +284,7 @@ def parse_config(doc: Document) -> ConfigSpec:
         listen=listen,
         workers=workers,
         shutdown_timeout_ms=shutdown_ms or 0,
+        edge=_edge(r, data),
         real_ip=_real_ip(r, data.get("real_ip"), ("real_ip",)) if "real_ip" in data else RealIpSpec(),
         log=_log(r, data.get("log"), ("log",)) if "log" in data else LogSpec(),
         admin=_admin(r, data.get("admin"), ("admin",)) if "admin" in data else AdminSpec(),
@@ -308,6 +334,48 @@ def _workers(r: Reader, data: dict[str, Any]) -> int:
     except ValueError as exc:
         r.error(("workers",), f'{exc} (or "auto")')
         return 1
+
+
+def _edge(r: Reader, data: dict[str, Any]) -> EdgeSpec:
+    d = EdgeSpec()
+    buffers, buffer_size = d.header_buffers, d.header_buffer_size
+    if "large_client_header_buffers" in data:
+        parsed = r.field(data, "large_client_header_buffers", (), _header_buffers)
+        if parsed is not None:
+            buffers, buffer_size = parsed
+    return EdgeSpec(
+        worker_connections=r.field(
+            data, "worker_connections", (), int_in(16, 1_000_000, "worker_connections"), d.worker_connections
+        )
+        or d.worker_connections,
+        client_header_timeout_ms=r.field(
+            data, "client_header_timeout", (), positive_duration_ms, d.client_header_timeout_ms
+        )
+        or d.client_header_timeout_ms,
+        keepalive_timeout_ms=r.field(data, "keepalive_timeout", (), duration_ms, d.keepalive_timeout_ms) or 0,
+        send_timeout_ms=r.field(data, "send_timeout", (), positive_duration_ms, d.send_timeout_ms) or d.send_timeout_ms,
+        max_connections_per_ip=r.field(
+            data, "max_connections_per_ip", (), int_in(0, 1_000_000, "max_connections_per_ip"), 256
+        )
+        or 0,
+        header_buffers=buffers,
+        header_buffer_size=buffer_size,
+        server_tokens=bool(r.field(data, "server_tokens", (), as_bool, False)),
+    )
+
+
+def _header_buffers(value: Any) -> tuple[int, int]:
+    """nginx's ``large_client_header_buffers number size``, e.g. ``4 8k``."""
+    parts = str(value).split() if isinstance(value, str) else []
+    if len(parts) != 2 or not parts[0].isdigit():
+        raise ValueError(f'expected "<number> <size>" such as "4 8k", got {value!r}')
+    number = int(parts[0])
+    buffer_size = size(parts[1])
+    if not 1 <= number <= 64:
+        raise ValueError(f"invalid number of buffers {number}: must be between 1 and 64")
+    if not 1024 <= buffer_size <= 1024 * 1024:
+        raise ValueError(f"invalid buffer size {parts[1]}: must be between 1k and 1m")
+    return number, buffer_size
 
 
 # -- real_ip, log, admin ---------------------------------------------------------------------

@@ -1,0 +1,319 @@
+"""The client side of the gateway: aiohttp's HTTP/1 server protocol, hardened.
+
+``EdgeProtocol`` is aiohttp's ``RequestHandler`` (its C parser, its request and
+response machinery) with what a server facing hostile clients needs:
+
+* **caps at accept** (``ConnectionLimiter``): over ``max_connections_per_ip`` or with no
+  room left under ``worker_connections``, the connection is reset before a byte is read;
+* **timeouts**: the whole header must arrive within ``client_header_timeout`` of the
+  connection's start; once a connection is idle, ``keepalive_timeout`` is its whole
+  budget, the next request's header included; a write to a client that does not read
+  for ``send_timeout`` closes the connection;
+* **request lines** llhttp would mishandle (``requestline``): custom token methods are
+  proxied as nginx does, HTTP/0.9 gets 400, versions other than 1.0 and 1.1 get 505;
+* **error answers** that never echo request bytes: 414 for a request line over
+  ``large_client_header_buffers``, 431 for a header over it, 400 otherwise, always
+  ``HTTP/1.1`` and ``Connection: close``.
+
+This subclasses aiohttp internals on purpose (the issue is the server they make);
+pyproject.toml pins aiohttp's minor version, and the tests exercise every override.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from aiohttp import web
+from aiohttp.http import HttpVersion10, HttpVersion11
+from aiohttp.http_exceptions import BadStatusLine, HttpProcessingError, LineTooLong
+from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, _ErrInfo
+
+from gateway import errorlog, responses
+from gateway.edge import requestline
+from gateway.edge.connections import ConnectionCaps, ConnectionLimiter
+from gateway.escape import escape
+from gateway.realip import UNKNOWN, parse_addr
+
+if TYPE_CHECKING:
+    from aiohttp.web_request import BaseRequest
+    from aiohttp.web_response import StreamResponse
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeSettings:
+    """The client-side limits of the running configuration (swapped whole on reload)."""
+
+    caps: ConnectionCaps
+    client_header_timeout_s: float
+    keepalive_timeout_s: float  # 0: no keep-alive
+    send_timeout_s: float
+    header_buffer_size: int  # large_client_header_buffers: one buffer (request line, one header)
+    header_buffers: int  # ... and how many of them a whole header may fill
+
+
+class EdgeServer(web.Server):
+    """aiohttp's low-level server, making ``EdgeProtocol`` connections."""
+
+    def __init__(self, handler: Any, settings: EdgeSettings, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.settings = settings
+        self.limiter = ConnectionLimiter(settings.caps)
+
+    def configure(self, settings: EdgeSettings) -> None:
+        self.settings = settings
+        self.limiter.configure(settings.caps)
+
+    def __call__(self) -> EdgeProtocol:
+        settings = self.settings
+        return EdgeProtocol(
+            self,
+            loop=self._loop,
+            keepalive_timeout=settings.keepalive_timeout_s,
+            max_line_size=settings.header_buffer_size,
+            max_field_size=settings.header_buffer_size,
+            **self._kwargs,
+        )
+
+
+class EdgeProtocol(RequestHandler):
+    __slots__ = ("_at_boundary", "_edge", "_held", "_ip_key", "_refused", "_rename", "_settings")
+
+    def __init__(self, manager: EdgeServer, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._edge = manager
+        self._settings = manager.settings
+        self._ip_key: bytes | None = None
+        self._refused = False
+        self._at_boundary = True  # the next byte starts a request
+        self._held = b""  # the start of a request line, kept until its method is whole
+        self._rename: str | None = None  # the real method of the next parsed request
+
+    # -- accept, close, reuse ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peername = transport.get_extra_info("peername")
+        peer = parse_addr(peername[0]) if isinstance(peername, tuple) and peername else None
+        key = self._edge.limiter.admit(self, peer or UNKNOWN)
+        if key is None:
+            self._refused = True
+            _reset(cast(asyncio.Transport, transport))
+            return
+        self._ip_key = key
+        super().connection_made(transport)
+        # aiohttp arms its keep-alive timer at connect; the first header gets its own budget.
+        if self._keepalive_handle is not None:
+            self._keepalive_handle.cancel()
+        close_time = self._loop.time() + self._settings.client_header_timeout_s
+        self._next_keepalive_close_time = close_time
+        self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._refused:
+            return
+        self._forget()
+        super().connection_lost(exc)
+
+    def _forget(self) -> None:
+        key = self._ip_key
+        if key is not None:
+            self._ip_key = None
+            self._edge.limiter.release(self, key)
+
+    def evict(self) -> None:
+        """Closed to make room for a new connection (it was idle, or still sending its header)."""
+        self._forget()
+        if self.transport is not None:
+            _reset(self.transport)
+            self.transport = None
+        self.force_close()
+
+    async def _handle_request(
+        self, request: BaseRequest, start_time: float | None, request_handler: Any
+    ) -> tuple[StreamResponse, bool]:
+        limiter = self._edge.limiter
+        if self._ip_key is not None:
+            limiter.busy(self)
+        try:
+            return await super()._handle_request(request, start_time, request_handler)
+        finally:
+            if self._ip_key is not None and self.transport is not None and not self._force_close:
+                limiter.idle(self)
+
+    # -- a client that stops reading ------------------------------------------------------------------
+    async def _drain_helper(self) -> None:
+        if self.transport is None or not self._paused:
+            await super()._drain_helper()
+            return
+        waiter = self._drain_waiter
+        if waiter is None:
+            waiter = self._drain_waiter = self._loop.create_future()
+        timeout = self._settings.send_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            peer = self.peername
+            client = peer[0] if isinstance(peer, tuple) else "-"
+            errorlog.log.info("client timed out (%ss) while sending to client, client: %s", f"{timeout:g}", client)
+            self.force_close()
+            raise ConnectionResetError("send_timeout") from None
+
+    # -- parsing ------------------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self._force_close or self._close:
+            return
+        if self._payload_parser is not None or self._upgraded:
+            super().data_received(data)  # a WebSocket, or the bytes after an upgrade request
+            return
+        if self._held:
+            data, self._held = self._held + data, b""
+        if self._at_boundary and data:
+            scan = requestline.scan(data)
+            if scan.wait:
+                self._held = scan.data
+                return
+            if scan.http09:
+                self._queue_error(400, "HTTP/0.9 request")
+                return
+            data = scan.data
+            if scan.method is not None:
+                self._rename = scan.method
+        assert self._parser is not None
+        try:
+            messages, upgraded, tail = self._parser.feed_data(data)
+        except HttpProcessingError as exc:
+            messages = [(_ErrInfo(status=400, exc=exc, message=exc.message), EMPTY_PAYLOAD)]
+            upgraded = False
+            tail = b""
+        if messages:
+            if self._keepalive_handle is not None:
+                # A whole header arrived: its timer is done. aiohttp arms keepalive_timeout
+                # when the response is sent, and that is the idle connection's whole budget.
+                self._keepalive_handle.cancel()
+                self._keepalive_handle = None
+            messages = self._adjust(messages)
+            # The parser is between requests if the last one has no body and the packet ends
+            # with its header, and the message queue did not make it pause (keeping a tail).
+            self._at_boundary = (
+                messages[-1][1] is EMPTY_PAYLOAD
+                and data.endswith(b"\r\n\r\n")
+                and len(self._messages) + len(messages) < MAX_MSG_QUEUE_SIZE - 1
+            )
+        elif data.strip(b"\r\n"):
+            self._at_boundary = False
+        for item in messages:
+            self._request_count += 1
+            self._messages.append(item)
+        waiter = self._waiter
+        if messages and waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if not self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
+            self._pause_reading_for_buffer()
+        self._upgraded = upgraded
+        if upgraded and tail:
+            self._message_tail = tail
+
+    def _adjust(self, messages: Any) -> list[Any]:
+        """Put back a renamed method; apply keep-alive and the whole-header size limit."""
+        out = []
+        settings = self._settings
+        header_limit = settings.header_buffer_size * settings.header_buffers
+        for message, payload in messages:
+            if isinstance(message, _ErrInfo):
+                out.append((message, payload))
+                continue
+            if self._rename is not None:
+                message = message._replace(method=self._rename)
+                self._rename = None
+            size = len(message.path) + sum(len(name) + len(value) + 4 for name, value in message.raw_headers)
+            if size > header_limit:
+                error = HttpProcessingError(code=431, message="request header too large")
+                out.append((_ErrInfo(status=431, exc=error, message=error.message), payload))
+                continue
+            if not settings.keepalive_timeout_s and not message.should_close:
+                message = message._replace(should_close=True)
+            out.append((message, payload))
+        return out
+
+    def _queue_error(self, status: int, reason: str) -> None:
+        error = HttpProcessingError(code=status, message=reason)
+        self._messages.append((_ErrInfo(status=status, exc=error, message=reason), EMPTY_PAYLOAD))
+        self._request_count += 1
+        self._at_boundary = False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- answers to what could not be parsed --------------------------------------------------------------
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> StreamResponse:
+        status = _status_for(exc, status)
+        peer = self.peername
+        client = peer[0] if isinstance(peer, tuple) else "-"
+        if status >= 500 and status != 505:
+            errorlog.log.error("unexpected error while handling a request, client: %s", client, exc_info=exc)
+        else:
+            detail = _describe(exc, message)
+            errorlog.log.info("client sent invalid request (%s), client: %s", detail, client)
+        if request.writer.output_size > 0:
+            raise ConnectionError("a response is on its way already: the connection can only be closed")
+        # The stand-in request of an unparsable message says HTTP/1.0; we answer HTTP/1.1 as nginx does.
+        request._version = HttpVersion11
+        request._cache.pop("version", None)
+        response = responses.error(status, "")
+        response.force_close()
+        return response
+
+
+def _reset(transport: asyncio.Transport) -> None:
+    """Close with a TCP reset: under a flood, neither a FIN_WAIT orphan nor a TIME_WAIT is left behind."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    transport.abort()
+
+
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+
+def _status_for(exc: BaseException | None, status: int) -> int:
+    if isinstance(exc, LineTooLong):
+        # aiohttp's C parser collects the request target in a bytearray, header lines in bytes.
+        return 414 if isinstance(exc.args[0], bytearray) else 431
+    if isinstance(exc, HttpProcessingError) and exc.code in (414, 431, 505):
+        return exc.code
+    if isinstance(exc, BadStatusLine) and "Invalid HTTP version" in str(exc):
+        return 505
+    return status
+
+
+def _describe(exc: BaseException | None, message: str | None) -> str:
+    """A short, escaped description for the error log (never the raw request bytes)."""
+    if isinstance(exc, LineTooLong):
+        return f"line longer than {exc.args[1]} bytes"
+    text = (message or (type(exc).__name__ if exc is not None else "bad request")).splitlines()
+    first = text[0].strip() if text else "bad request"
+    return escape(first[:80])
+
+
+def unsupported_version(request: BaseRequest) -> int:
+    """0 for HTTP/1.0 and 1.1; otherwise the status to answer (400 for 0.9, 505 for 2.0 and up).
+
+    The parser paths that bypass ``data_received`` (the bytes queued behind a declined
+    upgrade) meet this check in the pipeline."""
+    version = request.version
+    if version in (HttpVersion11, HttpVersion10):
+        return 0
+    request._version = HttpVersion11
+    request._cache.pop("version", None)
+    return 400 if version < HttpVersion10 else 505
