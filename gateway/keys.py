@@ -14,7 +14,8 @@ for them when they are off and never parses an address:
 
 * ``ipv6_prefix``: IPv6 client addresses are masked to this many bits before
   ``$binary_remote_addr`` and ``$remote_addr`` read them (128 = unchanged, nginx's
-  value; 64 = one key per /64). IPv4 addresses are never masked.
+  value; 64 = one key per /64). IPv4 addresses are never masked, and neither are
+  NAT64 addresses (64:ff9b::/96, 64:ff9b:1::/48), which stand for IPv4 clients.
 * ``max_key``: a key longer than this many bytes is replaced by ``HASHED_MARK`` and
   its 16-byte BLAKE2b digest, so no store ever holds more than ``max_key`` bytes of
   key. Templates that cannot exceed ``max_key`` (``$binary_remote_addr``, ...) are
@@ -141,16 +142,35 @@ def _v6_mask(prefix: int) -> int:
     return ((1 << 128) - 1) ^ ((1 << (128 - prefix)) - 1)
 
 
+# NAT64 prefixes (RFC 6052's 64:ff9b::/96, RFC 8215's 64:ff9b:1::/48): behind a
+# translator every IPv4 client of the Internet has an address in them, so these
+# are IPv4 hosts, never one IPv6 host's /64. They keep their whole address.
+_NAT64_WELL_KNOWN = 0x0064_FF9B_0000_0000_0000_0000  # the top 96 bits of 64:ff9b::/96
+_NAT64_LOCAL = 0x0064_FF9B_0001  # the top 48 bits of 64:ff9b:1::/48
+
+
+def _masker(ipv6_prefix: int) -> Callable[[int], int]:
+    """The client address as a zone key sees it: IPv6 masked to the prefix, but not NAT64'd IPv4."""
+    mask = _v6_mask(ipv6_prefix)
+
+    def masked(value: int) -> int:
+        if value >> 32 == _NAT64_WELL_KNOWN or value >> 80 == _NAT64_LOCAL:
+            return value
+        return value & mask
+
+    return masked
+
+
 def _binary_remote_addr(ipv6_prefix: int) -> KeyFn:
     if ipv6_prefix >= 128:
         return lambda ctx: ctx.client.packed
-    mask = _v6_mask(ipv6_prefix)
+    masked = _masker(ipv6_prefix)
 
     def extract(ctx: RequestContext) -> bytes:
         client = ctx.client
         if client.version != 6:
             return client.packed
-        return (client.value & mask).to_bytes(16, "big")
+        return masked(client.value).to_bytes(16, "big")
 
     return extract
 
@@ -158,13 +178,13 @@ def _binary_remote_addr(ipv6_prefix: int) -> KeyFn:
 def _remote_addr(ipv6_prefix: int) -> KeyFn:
     if ipv6_prefix >= 128:
         return lambda ctx: ctx.client.text.encode()
-    mask = _v6_mask(ipv6_prefix)
+    masked = _masker(ipv6_prefix)
 
     def extract(ctx: RequestContext) -> bytes:
         client = ctx.client
         if client.version != 6:
             return client.text.encode()
-        return ipaddress.IPv6Address(client.value & mask).compressed.encode()
+        return ipaddress.IPv6Address(masked(client.value)).compressed.encode()
 
     return extract
 

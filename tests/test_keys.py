@@ -64,6 +64,20 @@ def test_ipv4_clients_are_never_masked(prefix):
         assert key_of("$remote_addr", ctx, ipv6_prefix=prefix) == ctx.client.text.encode()
 
 
+@pytest.mark.parametrize("translated", ["64:ff9b::c633:6401", "64:ff9b:1::c633:6401", "64:ff9b:1:ab00:c6:3364:100:0"])
+def test_nat64_addresses_stand_for_ipv4_clients_and_are_never_grouped(translated):
+    """Behind a NAT64 translator the whole IPv4 Internet arrives from one /64: one abuser must
+    not get every IPv4 client limited or banned with it."""
+    ctx = context(translated)
+    neighbour = context(str(ipaddress.IPv6Address(ctx.client.value + 1)))
+    assert key_of("$binary_remote_addr", ctx, ipv6_prefix=64) == ctx.client.packed
+    assert key_of("$binary_remote_addr", neighbour, ipv6_prefix=64) != ctx.client.packed
+    assert key_of("$remote_addr", ctx, ipv6_prefix=64) == translated.encode()
+    # just outside the NAT64 prefixes, masking applies
+    outside = context("64:ff9b:0:1::c633:6401")
+    assert key_of("$binary_remote_addr", outside, ipv6_prefix=64) == ipaddress.IPv6Address("64:ff9b:0:1::").packed
+
+
 def test_odd_prefixes_mask_bit_by_bit():
     ctx_a = context("2001:db8::")
     ctx_b = context("2001:db8:0:1::")  # differs from ctx_a in bit 63
