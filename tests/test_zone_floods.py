@@ -123,6 +123,17 @@ async def test_a_flood_of_unique_1kb_keys_through_the_gateway_gets_no_503(gatewa
     assert "could not allocate node" not in gw.stderr()
 
 
+@pytest.mark.slow
+async def test_workers_send_the_shared_store_hashed_keys(gateway_factory, upstream):
+    admin_port = free_port()
+    gw = gateway_factory(lambda port: flood_config(port, upstream.address, admin_port, "workers: 2"))
+    statuses = await _flood(gw.url + "/echo", 300, 0, connections=4)
+    assert statuses == {200: 300}
+    zone = await _zone_status(admin_port)  # the master's store, which every worker asks
+    assert zone["keys"] == 300
+    assert zone["bytes"] == 300 * (ENTRY_COST + 17)
+
+
 # -- IPv6 clients rotating inside their /64 ----------------------------------------------------------
 
 
