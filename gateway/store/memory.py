@@ -107,7 +107,7 @@ class ReqZone(_LruZone):
         self._expire(now, forced=False)
         if self.used + cost > self.size:
             self._expire(now, forced=True)
-            while self.used + cost > self.size:
+            while self.used + cost > self.size and self.nodes:
                 self._drop_lru()
         self.nodes[key] = state
         self.used += cost
@@ -140,7 +140,7 @@ class CountZone(_LruZone):
             if not count_logic.expired(old_state, now):
                 break
             self._drop(old_key)
-        while self.used + cost > self.size:
+        while self.used + cost > self.size and self.nodes:
             self._drop_lru()
         self.nodes[key] = state
         self.used += cost
