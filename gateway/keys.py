@@ -8,13 +8,28 @@ Supported variables: ``$binary_remote_addr`` (4 or 16 raw bytes), ``$remote_addr
 ``$http_<name>``, ``$arg_<name>``, ``$cookie_<name>``, ``$uri``, ``$request_uri``,
 ``$host``, ``$request_method``, ``$server_port``, ``$scheme``. ``${name}`` is accepted
 too, for a variable followed by letters.
+
+Two zone settings are compiled into the extractor, so the request path pays nothing
+for them when they are off and never parses an address:
+
+* ``ipv6_prefix``: IPv6 client addresses are masked to this many bits before
+  ``$binary_remote_addr`` and ``$remote_addr`` read them (128 = unchanged, nginx's
+  value; 64 = one key per /64). IPv4 addresses are never masked, and neither are
+  NAT64 addresses (64:ff9b::/96, 64:ff9b:1::/48), which stand for IPv4 clients.
+* ``max_key``: a key longer than this many bytes is replaced by ``HASHED_MARK`` and
+  its 16-byte BLAKE2b digest, so no store ever holds more than ``max_key`` bytes of
+  key. Templates that cannot exceed ``max_key`` (``$binary_remote_addr``, ...) are
+  not wrapped at all.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,6 +48,15 @@ _SIMPLE = {
     "scheme",
 }
 _PREFIXED = ("http_", "arg_", "cookie_")
+# The longest value of the variables that have one (IPv6 text is at most 39 characters).
+_BOUNDED = {"binary_remote_addr": 16, "remote_addr": 39, "server_port": 5, "scheme": 5}
+
+DEFAULT_MAX_KEY = 256
+MIN_MAX_KEY = 32
+MAX_MAX_KEY = 4096
+HASHED_MARK = b"\xff"  # never the first byte of UTF-8 text; a hashed key is 17 bytes
+DIGEST_SIZE = 16
+ADDRESS_VARIABLES = ("binary_remote_addr", "remote_addr")
 _VAR = re.compile(r"\$(?:\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
 
 
@@ -115,11 +139,66 @@ def _cookie(name: str) -> KeyFn:
     return extract
 
 
-def _variable(name: str) -> KeyFn:
-    if name == "binary_remote_addr":
+def _v6_mask(prefix: int) -> int:
+    return ((1 << 128) - 1) ^ ((1 << (128 - prefix)) - 1)
+
+
+# NAT64 prefixes (RFC 6052's 64:ff9b::/96, RFC 8215's 64:ff9b:1::/48): behind a
+# translator every IPv4 client of the Internet has an address in them, so these
+# are IPv4 hosts, never one IPv6 host's /64. They keep their whole address.
+_NAT64_WELL_KNOWN = 0x0064_FF9B_0000_0000_0000_0000  # the top 96 bits of 64:ff9b::/96
+_NAT64_LOCAL = 0x0064_FF9B_0001  # the top 48 bits of 64:ff9b:1::/48
+
+
+def _masker(ipv6_prefix: int) -> Callable[[int], int]:
+    """The client address as a zone key sees it: IPv6 masked to the prefix, but not NAT64'd IPv4."""
+    mask = _v6_mask(ipv6_prefix)
+
+    def masked(value: int) -> int:
+        if value >> 32 == _NAT64_WELL_KNOWN or value >> 80 == _NAT64_LOCAL:
+            return value
+        return value & mask
+
+    return masked
+
+
+def _binary_remote_addr(ipv6_prefix: int) -> KeyFn:
+    if ipv6_prefix >= 128:
         return lambda ctx: ctx.client.packed
-    if name == "remote_addr":
+    masked = _masker(ipv6_prefix)
+
+    def extract(ctx: RequestContext) -> bytes:
+        client = ctx.client
+        if client.version != 6:
+            return client.packed
+        return masked(client.value).to_bytes(16, "big")
+
+    return extract
+
+
+def _remote_addr(ipv6_prefix: int) -> KeyFn:
+    if ipv6_prefix >= 128:
         return lambda ctx: ctx.client.text.encode()
+    masked = _masker(ipv6_prefix)
+
+    @lru_cache(maxsize=4096)  # formatting an address costs ~8 us; a /64 comes back often
+    def text_of(value: int) -> bytes:
+        return ipaddress.IPv6Address(value).compressed.encode()
+
+    def extract(ctx: RequestContext) -> bytes:
+        client = ctx.client
+        if client.version != 6:
+            return client.text.encode()
+        return text_of(masked(client.value))
+
+    return extract
+
+
+def _variable(name: str, ipv6_prefix: int = 128) -> KeyFn:
+    if name == "binary_remote_addr":
+        return _binary_remote_addr(ipv6_prefix)
+    if name == "remote_addr":
+        return _remote_addr(ipv6_prefix)
     if name == "uri":
         return lambda ctx: ctx.uri.encode("utf-8", "surrogateescape")
     if name == "request_uri":
@@ -145,16 +224,37 @@ def _literal(data: bytes) -> KeyFn:
     return lambda ctx: data
 
 
-def compile_key(template: KeyTemplate) -> KeyFn:
-    """Build the extractor; a key of one variable costs one call, nothing more.
+def longest_key(template: KeyTemplate) -> int | None:
+    """The most bytes the template can produce, or None when a variable is unbounded."""
+    total = 0
+    for kind, value in template.parts:
+        if kind == "lit":
+            total += len(value.encode())
+        elif value in _BOUNDED:
+            total += _BOUNDED[value]
+        else:
+            return None
+    return total
 
-    Like nginx's complex values, literal text is kept even when every variable is
-    empty, so only a key made of variables alone can come out empty (and be skipped).
-    """
+
+def hashed_key(key: bytes) -> bytes:
+    """The fixed-size stand-in for a key longer than its zone's ``max_key``."""
+    return HASHED_MARK + hashlib.blake2b(key, digest_size=DIGEST_SIZE).digest()
+
+
+def _bounded(fn: KeyFn, max_key: int) -> KeyFn:
+    def extract(ctx: RequestContext) -> bytes:
+        key = fn(ctx)
+        return key if len(key) <= max_key else hashed_key(key)
+
+    return extract
+
+
+def _concatenate(template: KeyTemplate, ipv6_prefix: int) -> KeyFn:
     fns: list[KeyFn] = []
     for kind, value in template.parts:
         if kind == "var":
-            fns.append(_variable(value))
+            fns.append(_variable(value, ipv6_prefix))
         else:
             fns.append(_literal(value.encode()))
     if len(fns) == 1:
@@ -163,3 +263,22 @@ def compile_key(template: KeyTemplate) -> KeyFn:
         first, second = fns
         return lambda ctx: first(ctx) + second(ctx)
     return lambda ctx: b"".join([fn(ctx) for fn in fns])
+
+
+def compile_key(template: KeyTemplate, *, max_key: int = DEFAULT_MAX_KEY, ipv6_prefix: int = 128) -> KeyFn:
+    """Build the extractor; a key of one variable costs one call, nothing more.
+
+    Like nginx's complex values, literal text is kept even when every variable is
+    empty, so only a key made of variables alone can come out empty (and be skipped).
+    A template that can produce more than ``max_key`` bytes gets its long keys hashed;
+    ``ipv6_prefix`` below 128 masks IPv6 client addresses (see the module docstring).
+    """
+    if not 1 <= ipv6_prefix <= 128:
+        raise ValueError(f"ipv6_prefix must be between 1 and 128, got {ipv6_prefix}")
+    if not MIN_MAX_KEY <= max_key <= MAX_MAX_KEY:
+        raise ValueError(f"max_key must be between {MIN_MAX_KEY} and {MAX_MAX_KEY}, got {max_key}")
+    fn = _concatenate(template, ipv6_prefix)
+    longest = longest_key(template)
+    if longest is not None and longest <= max_key:
+        return fn
+    return _bounded(fn, max_key)

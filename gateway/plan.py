@@ -97,7 +97,9 @@ def _pick(route: RouteSettings, defaults: RouteSettings, name: str, fallback: ob
 
 def compile_config(spec: ConfigSpec) -> CompiledConfig:
     zones = spec.zones
-    key_fns: dict[str, KeyFn] = {name: compile_key(zone.key) for name, zone in zones.items()}
+    key_fns: dict[str, KeyFn] = {
+        name: compile_key(zone.key, max_key=zone.max_key, ipv6_prefix=zone.ipv6_prefix) for name, zone in zones.items()
+    }
     routes: list[RoutePlan] = []
     for route in spec.routes:
         s, d = route.settings, spec.defaults

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 
 from gateway.config.schema import ZoneSpec
@@ -46,10 +47,38 @@ def test_full_zone_evicts_the_lru_key_by_force():
     assert zone.used <= zone.size
 
 
-def test_a_key_that_cannot_fit_is_an_error():
+def test_a_key_that_cannot_fit_is_an_error_and_leaves_the_zone_alone():
     zone = req_zone(ENTRY_COST + 10)
     assert zone.insert(b"short", 0, 0)
     assert not zone.insert(b"x" * 100, 0, 0)
+    assert list(zone.nodes) == [b"short"]  # a hopeless key does not wipe the zone first
+
+
+def test_a_long_key_evicts_as_many_lru_keys_as_it_needs():
+    """nginx drops one node by force and then fails; this zone keeps dropping until the key fits."""
+    zone = req_zone(10 * (ENTRY_COST + 4))
+    keys = [i.to_bytes(4, "big") for i in range(10)]
+    for i, key in enumerate(keys):  # busy, recent keys: none is expirable
+        assert zone.insert(key, nginx_req.pack(5000, 1000 + i), 1000 + i)
+    assert zone.used == zone.size
+    long_key = b"L" * 1000
+    assert zone.insert(long_key, nginx_req.pack(0, 1100), 1100)
+    assert list(zone.nodes) == keys[7:] + [long_key]  # the 7 least recently used went, in order
+    assert zone.used == 3 * (ENTRY_COST + 4) + ENTRY_COST + 1000 <= zone.size
+
+
+def test_a_flood_of_unique_keys_of_mixed_length_never_fails_an_insert():
+    """The issue-8 finding: keys of ~1 KB, varying in length, made 40% of new keys fail."""
+    size = 1 << 20
+    zone = req_zone(size)
+    rng = random.Random(8)
+    failed = 0
+    for i in range(20_000):
+        key = i.to_bytes(4, "big") * (rng.randint(900, 1100) // 4)
+        failed += not zone.insert(key, nginx_req.pack(1000, i), i)
+    assert failed == 0
+    assert zone.used <= size
+    assert len(zone) >= size // (ENTRY_COST + 1100)
 
 
 def test_flood_of_distinct_keys_stays_within_the_zone_size():
@@ -78,6 +107,35 @@ def test_count_zone_drops_ended_windows_and_evicts_when_full():
     zone.store(b"d", count.pack(1, 3000), 2000)
     zone.store(b"e", count.pack(1, 3000), 2000)  # full: c is evicted by force
     assert list(zone.nodes) == [b"d", b"e"]
+
+
+def test_count_zone_evicts_as_many_keys_as_a_long_key_needs():
+    from gateway.limits import count
+
+    zone = CountZone(ZoneSpec(name="q", type="count", key=KEY, size=6 * (ENTRY_COST + 1), limit=5, window_ms=1000))
+    for key in (b"a", b"b", b"c", b"d", b"e", b"f"):
+        zone.store(key, count.pack(1, 1000), 0)
+    zone.store(b"L" * 500, count.pack(1, 1000), 0)
+    assert list(zone.nodes) == [b"e", b"f", b"L" * 500]
+    assert zone.used <= zone.size
+    zone.store(b"H" * 2000, count.pack(1, 1000), 0)  # cannot fit even alone: nothing is dropped for it
+    assert list(zone.nodes) == [b"e", b"f", b"L" * 500]
+
+
+def test_a_reload_keeps_zone_state_only_while_keys_mean_the_same():
+    from gateway.store.memory import MemoryStore
+
+    base = ZoneSpec(name="z", type="req", key=KEY, rate=parse_rate("1r/s"))
+    store = MemoryStore(clock_ms=lambda: 0)
+    store.configure({"z": base})
+    first = store.zones["z"]
+    store.configure({"z": ZoneSpec(name="z", type="req", key=KEY, rate=parse_rate("2r/s"), size=1 << 20)})
+    assert store.zones["z"] is first  # rate and size may change under live keys, as in nginx
+    store.configure({"z": ZoneSpec(name="z", type="req", key=KEY, rate=parse_rate("2r/s"), ipv6_prefix=64)})
+    assert store.zones["z"] is not first  # a /128 key is not a /64 key
+    masked = store.zones["z"]
+    store.configure({"z": ZoneSpec(name="z", type="req", key=KEY, rate=parse_rate("2r/s"), ipv6_prefix=64, max_key=64)})
+    assert store.zones["z"] is not masked
 
 
 def test_full_conn_zone_rejects_new_keys_without_evicting():

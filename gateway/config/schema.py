@@ -29,7 +29,7 @@ from gateway.config.reader import (
 from gateway.config.source import Document
 from gateway.config.units import Rate, parse_rate
 from gateway.errors import ConfigErrors, KeyPath
-from gateway.keys import KeyTemplate, parse_key
+from gateway.keys import ADDRESS_VARIABLES, DEFAULT_MAX_KEY, MAX_MAX_KEY, MIN_MAX_KEY, KeyTemplate, parse_key
 from gateway.realip import Network
 from gateway.routing import Location, parse_location
 
@@ -115,6 +115,8 @@ class ZoneSpec:
     ban_s: int = 0  # req
     limit: int = 0  # count
     window_ms: int = 0  # count
+    max_key: int = DEFAULT_MAX_KEY  # longer keys are hashed to a fixed size
+    ipv6_prefix: int = 128  # IPv6 client addresses are masked to this prefix in the key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -536,9 +538,9 @@ def _servers(r: Reader, value: Any, path: KeyPath) -> tuple[ServerSpec, ...]:
 # -- zones ------------------------------------------------------------------------------------
 
 ZONE_KEYS = {
-    "req": ("type", "key", "rate", "ban", "size"),
-    "count": ("type", "key", "limit", "window", "size"),
-    "conn": ("type", "key", "size"),
+    "req": ("type", "key", "rate", "ban", "size", "max_key", "ipv6_prefix"),
+    "count": ("type", "key", "limit", "window", "size", "max_key", "ipv6_prefix"),
+    "conn": ("type", "key", "size", "max_key", "ipv6_prefix"),
 }
 
 
@@ -575,7 +577,16 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
             r.error(zpath + ("ban",), "ban is kept in whole seconds (it becomes a Redis EXPIRE)")
         limit = r.field(data, "limit", zpath, int_in(1, 2**31 - 1, "limit")) if ztype == "count" else 0
         window = r.field(data, "window", zpath, positive_duration_ms) if ztype == "count" else 0
-        if key is None or zone_size is None or (ztype == "req" and rate is None):
+        max_key = r.field(data, "max_key", zpath, int_in(MIN_MAX_KEY, MAX_MAX_KEY, "max_key"), DEFAULT_MAX_KEY)
+        ipv6_prefix = r.field(data, "ipv6_prefix", zpath, int_in(1, 128, "ipv6_prefix"), 128)
+        if ipv6_prefix != 128 and key is not None and not set(key.variables) & set(ADDRESS_VARIABLES):
+            r.error(
+                zpath + ("ipv6_prefix",),
+                "ipv6_prefix only changes $binary_remote_addr and $remote_addr, and the key uses neither",
+            )
+        if key is None or zone_size is None or max_key is None or ipv6_prefix is None:
+            continue
+        if ztype == "req" and rate is None:
             continue
         if ztype == "count" and (limit is None or window is None):
             continue
@@ -588,6 +599,8 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
             ban_s=(ban_ms or 0) // 1000,
             limit=limit or 0,
             window_ms=window or 0,
+            max_key=max_key,
+            ipv6_prefix=ipv6_prefix,
         )
     return out
 

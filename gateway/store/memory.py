@@ -3,16 +3,22 @@
 Zones hold one packed int per key in an LRU-ordered dict, and count their
 memory as ``ENTRY_COST + len(key)`` bytes per key (``ENTRY_COST`` is measured by
 ``scripts/bench_memory.py``). Inserting a key follows nginx's zone rules
-(``ngx_http_limit_req_expire``):
+(``ngx_http_limit_req_expire``), with one deliberate difference:
 
 * first look at the least recently used key up to twice, and drop it if it has
   been idle 60 s and is fully drained;
 * if the zone is still full, drop the LRU key by force (plus up to two more
-  idle, drained ones); if even that leaves no room, the request gets ERROR
-  (rejected without a "limiting" line, like nginx's "could not allocate node").
+  idle, drained ones), as nginx does;
+* unlike nginx, if that still leaves no room (the new key is longer than the
+  ones dropped), keep dropping LRU keys by force until it fits. nginx would fail
+  the request ("could not allocate node"), which lets a flood of long keys turn
+  a full zone into 503s for every new client. Only a key that could not fit in
+  an empty zone is an ERROR, and key extractors keep keys under ``max_key``
+  (``gateway/keys.py``), far below the smallest zone.
 
-Count zones drop expired windows the same way and evict by force when full.
-Conn zones never evict: a full conn zone rejects new keys, like nginx.
+Count zones drop expired windows the same way and evict by force until the new
+key fits. Conn zones never evict (they would drop in-flight counts): a full conn
+zone rejects new keys, like nginx.
 
 Everything here is synchronous; inside one event loop a decision is atomic.
 """
@@ -96,11 +102,13 @@ class ReqZone(_LruZone):
 
     def insert(self, key: bytes, state: int, now: int) -> bool:
         cost = ENTRY_COST + len(key)
+        if cost > self.size:
+            return False
         self._expire(now, forced=False)
         if self.used + cost > self.size:
             self._expire(now, forced=True)
-            if self.used + cost > self.size:
-                return False
+            while self.used + cost > self.size and self.nodes:
+                self._drop_lru()
         self.nodes[key] = state
         self.used += cost
         return True
@@ -123,6 +131,8 @@ class CountZone(_LruZone):
             self.nodes[key] = state
             return
         cost = ENTRY_COST + len(key)
+        if cost > self.size:  # it could not fit even alone (keys are far shorter: max_key)
+            return
         for _ in range(2):  # drop expired windows at the LRU end
             if not self.nodes:
                 break
@@ -186,6 +196,16 @@ _KINDS: dict[str, type[ReqZone] | type[CountZone] | type[ConnZone]] = {
 }
 
 
+def _same_keys(old: ZoneSpec, new: ZoneSpec) -> bool:
+    """Whether a reloaded zone's keys mean what they meant: then its state is kept."""
+    return (
+        old.type == new.type
+        and old.key == new.key
+        and old.max_key == new.max_key
+        and old.ipv6_prefix == new.ipv6_prefix
+    )
+
+
 def _zone(zones: dict[str, Zone], name: str, kind: str) -> Any:
     """The zone a limit names; KeyError if it is gone or changed type (a reload under way)."""
     zone = zones[name]
@@ -210,7 +230,7 @@ class MemoryStore:
         fresh: dict[str, Zone] = {}
         for name, spec in zones.items():
             current = self.zones.get(name)
-            if current is not None and current.spec.type == spec.type and current.spec.key == spec.key:
+            if current is not None and _same_keys(current.spec, spec):
                 current.reconfigure(spec)
                 fresh[name] = current
             else:
