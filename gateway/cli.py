@@ -3,7 +3,7 @@
     gateway run   [-c conf/limits.yaml] [--listen ADDR]... [--upstream NAME=ADDR[,ADDR]]... [--workers N]
     gateway check [-c conf/limits.yaml]          like nginx -t: every error with file:line: key: reason
     gateway reload [-c ...]                      like nginx -s reload (through the admin API)
-    gateway ban <ip|cidr> [--for 1h] [--reason TEXT] [-c ...]
+    gateway ban <ip|cidr> [--for 1h] [--reason TEXT] [--force] [-c ...]
     gateway unban <ip|cidr> [-c ...]
     gateway bans [-c ...]                        the bans in force
     gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
@@ -11,7 +11,8 @@
 
 ban, unban and bans talk to the configured Redis directly (every node sees the
 change within a second), or, with the embedded store, to the running node's
-admin API (admin.listen, with admin.token if set).
+admin API (admin.listen, with admin.token, or the token the gateway wrote to
+admin.token_file when none is configured).
 
 Exit codes: 0 success, 1 configuration or runtime error. A bad configuration
 never prints a Python traceback.
@@ -69,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     ban.add_argument("target", help="an IP address or CIDR, e.g. 203.0.113.7 or 10.0.0.0/8")
     ban.add_argument("--for", dest="duration", default="1h", help="how long: 30s, 10m, 1h, 1d; 0 = until unbanned")
     ban.add_argument("--reason", default="", help="why (shown by `gateway bans` and in the error log)")
+    ban.add_argument(
+        "--force",
+        action="store_true",
+        help="ban even a network wider than /16 (IPv4) or /48 (IPv6), or one covering real_ip.from or access.allow",
+    )
     ban.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
 
     unban = sub.add_parser("unban", help="lift a ban")

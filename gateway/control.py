@@ -2,24 +2,35 @@
 
 With ``store.redis`` configured, ban commands write to Redis themselves (every
 node follows the shared list); otherwise they, and ``reload`` always, go to the
-running node's admin API.
+running node's admin API, with ``admin.token`` or, when none is configured, the
+token the gateway wrote to ``admin.token_file``.
+
+Any failure is one line on stderr (``gateway: ...``) and exit code 1, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 
+from gateway import admin_token
+from gateway.ban_policy import ban_refusal
 from gateway.bans import Ban, BanList, RedisBans, canonical_target, epoch_ms
 from gateway.config import load_config
 from gateway.config.schema import ConfigSpec
 from gateway.config.units import parse_duration_ms
+
+T = TypeVar("T")
+REDIS_TIMEOUT_S = 5.0  # one CLI command against Redis, connection included
+ADMIN_TIMEOUT_S = 15.0  # one call to the admin API (a reload parses the file)
 
 
 class ControlError(Exception):
@@ -31,13 +42,15 @@ def run_control(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_dispatch(args, spec))
     except ControlError as exc:
-        print(f"gateway: {exc}", file=sys.stderr)
-        return 1
+        print(f"gateway: {_one_line(str(exc))}", file=sys.stderr)
+    except Exception as exc:  # a bug or an unforeseen failure: still one line, no traceback
+        print(f"gateway: {args.command} failed: {_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
+    return 1
 
 
 async def _dispatch(args: argparse.Namespace, spec: ConfigSpec) -> int:
     if args.command == "reload":
-        reply = await _admin(spec, "POST", "/reload")
+        reply = await _admin(spec, "POST", "/reload", {})
         if reply.get("errors"):
             for error in reply["errors"]:
                 print(f"gateway: {error}", file=sys.stderr)
@@ -46,47 +59,22 @@ async def _dispatch(args: argparse.Namespace, spec: ConfigSpec) -> int:
         print("reloaded")
         return 0
     if args.command == "ban":
-        try:
-            target = canonical_target(args.target)
-            duration = parse_duration_ms(args.duration)
-        except ValueError as exc:
-            raise ControlError(str(exc)) from None
-        if spec.store.redis is not None:
-            now = epoch_ms()
-            ban = Ban(target, now + duration if duration else 0, args.reason, now, "cli")
-            bans = _redis_bans(spec)
-            try:
-                await bans.add(ban)
-            finally:
-                await bans.client.aclose()
-        else:
-            await _admin(
-                spec, "POST", "/bans", {"target": target, "for": args.duration, "reason": args.reason, "by": "cli"}
-            )
-        print(f"banned {target} " + (f"for {args.duration}" if duration else "until unbanned"))
-        return 0
+        return await _ban(args, spec)
     if args.command == "unban":
         try:
             target = canonical_target(args.target)
         except ValueError as exc:
             raise ControlError(str(exc)) from None
         if spec.store.redis is not None:
-            bans = _redis_bans(spec)
-            try:
-                found = await bans.remove(target)
-            finally:
-                await bans.client.aclose()
+            found = await _with_redis(spec, lambda bans: bans.remove(target))
         else:
-            found = (await _admin(spec, "DELETE", "/bans/" + quote(target, safe=""), allow=(404,)))["removed"]
+            reply = await _admin(spec, "DELETE", "/bans/" + quote(target, safe=""), {}, allow=(404,))
+            found = bool(reply.get("removed"))
         print(f"unbanned {target}" if found else f"{target} was not banned")
         return 0 if found else 1
     # bans
     if spec.store.redis is not None:
-        bans = _redis_bans(spec)
-        try:
-            listed = [_view(b) for b in await bans.list()]
-        finally:
-            await bans.client.aclose()
+        listed = [_view(b) for b in await _with_redis(spec, lambda bans: bans.list())]
     else:
         listed = await _admin(spec, "GET", "/bans")
     if args.json:
@@ -102,19 +90,62 @@ async def _dispatch(args: argparse.Namespace, spec: ConfigSpec) -> int:
     return 0
 
 
+async def _ban(args: argparse.Namespace, spec: ConfigSpec) -> int:
+    try:
+        target = canonical_target(args.target)
+        duration = parse_duration_ms(args.duration)
+    except ValueError as exc:
+        raise ControlError(str(exc)) from None
+    refusal = ban_refusal(target, spec)
+    if refusal is not None and not args.force:
+        raise ControlError(f"ban refused: {refusal}; add --force to ban anyway")
+    if spec.store.redis is not None:
+        now = epoch_ms()
+        ban = Ban(target, now + duration if duration else 0, args.reason, now, "cli")
+        await _with_redis(spec, lambda bans: bans.add(ban))
+    else:
+        body = {"target": target, "for": args.duration, "reason": args.reason, "by": "cli", "force": args.force}
+        await _admin(spec, "POST", "/bans", body)
+    print(f"banned {target} " + (f"for {args.duration}" if duration else "until unbanned"))
+    return 0
+
+
 def _view(ban: Ban) -> dict[str, Any]:
     from gateway.admin import ban_view
 
     return ban_view(ban)
 
 
-def _redis_bans(spec: ConfigSpec) -> RedisBans:
+async def _with_redis(spec: ConfigSpec, action: Callable[[RedisBans], Awaitable[T]]) -> T:
+    """Run ``action`` on the shared ban list, bounded in time; any Redis failure is a ControlError."""
     from gateway.store.redis import connect
 
     redis_spec = spec.store.redis
     assert redis_spec is not None
     client = connect(redis_spec, max(2.0, redis_spec.timeout_ms / 1000))
-    return RedisBans(client, redis_spec.prefix.encode(), BanList(), sync_interval_s=3600)
+    bans = RedisBans(client, redis_spec.prefix.encode(), BanList(), sync_interval_s=3600)
+    try:
+        return await asyncio.wait_for(action(bans), REDIS_TIMEOUT_S)
+    except Exception as exc:
+        detail = "no answer in time" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+        raise ControlError(f"cannot reach Redis (store.redis): {detail}") from None
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.aclose(), 1.0)
+
+
+def _token(spec: ConfigSpec) -> str:
+    if spec.admin.token is not None:
+        return spec.admin.token
+    assert spec.admin.listen is not None
+    path = admin_token.token_path(spec.admin.token_file, spec.admin.listen[1])
+    try:
+        return admin_token.read(path)
+    except admin_token.TokenFileError as exc:
+        raise ControlError(
+            f"no admin token: admin.token is not set and the token file cannot be used ({exc}); "
+            "is the gateway running, as this user?"
+        ) from None
 
 
 async def _admin(spec: ConfigSpec, method: str, path: str, body: Any = None, allow: tuple[int, ...] = ()) -> Any:
@@ -123,14 +154,35 @@ async def _admin(spec: ConfigSpec, method: str, path: str, body: Any = None, all
     host, port = spec.admin.listen
     if host in ("0.0.0.0", "::"):
         host = "127.0.0.1"
-    headers = {"Authorization": f"Bearer {spec.admin.token}"} if spec.admin.token else {}
+    headers = {"Authorization": f"Bearer {_token(spec)}"}
+    data = None
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        data = json.dumps(body)
     url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}{path}"
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-            async with session.request(method, url, json=body, headers=headers) as resp:
-                text = await resp.text()
-                if resp.status >= 400 and resp.status not in allow and not (path == "/reload" and resp.status == 400):
-                    raise ControlError(f"admin API answered {resp.status}: {text.strip()}")
-                return json.loads(text)
-    except aiohttp.ClientError as exc:
-        raise ControlError(f"cannot reach the admin API at {host}:{port} ({exc}); is the gateway running?") from None
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ADMIN_TIMEOUT_S)) as session:
+            async with session.request(method, url, data=data, headers=headers) as resp:
+                text = await resp.text(errors="replace")
+                status = resp.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        detail = "no answer in time" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+        raise ControlError(f"cannot reach the admin API at {host}:{port} ({detail}); is the gateway running?") from None
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        reply = None
+    if status >= 400 and status not in allow and not (path == "/reload" and status == 400):
+        error = reply.get("error") if isinstance(reply, dict) else None
+        message = str(error) if error else text.strip()[:200]
+        if status == 409:
+            reason = reply.get("reason") if isinstance(reply, dict) else None
+            raise ControlError(f"ban refused by the gateway: {reason or message}; add --force to ban anyway")
+        raise ControlError(f"admin API answered {status}: {message}")
+    if reply is None:
+        raise ControlError(f"admin API answered {status} with a body that is not JSON")
+    return reply
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from gateway import errorlog
 from gateway.accesslog import AccessLog, LogSink, aiohttp_logger_class
-from gateway.admin import AdminApi
+from gateway.admin import AdminApi, serve_admin
 from gateway.background import spawn
 from gateway.bans import BanList, LocalBans, RedisBans
 from gateway.config import load_config
@@ -103,15 +103,14 @@ class GatewayServer:
 
     async def _start_admin(self) -> None:
         assert self.bans is not None and self.config.spec.admin.listen is not None
-        host, port = self.config.spec.admin.listen
-        self.admin = AdminApi(self.bans, self.reload, self.status, self.config.spec.admin.token)
-        try:
-            await self.admin.start(host, port)
-        except OSError as exc:
-            log.error("admin API not started: bind() to %s:%s failed (%s)", host, port, exc.strerror)
-            self.admin = None
-            return
-        log.log(errorlog.NOTICE, "admin API on %s:%s", host, port)
+        self.admin = await serve_admin(
+            self.config.spec,
+            self.bans,
+            self.reload,
+            self.status,
+            config=lambda: self.config.spec,
+            serving=lambda: bool(self.bound_addresses) and not self._stopping,
+        )
 
     def status(self) -> dict[str, Any]:
         return node_status(self.config, self.store, self.banlist)

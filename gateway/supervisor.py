@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import errorlog
-from gateway.admin import AdminApi
+from gateway.admin import serve_admin
 from gateway.background import spawn
 from gateway.bans import BanList, LocalBans
 from gateway.config import load_config
@@ -82,13 +82,14 @@ class Supervisor:
                 bans.listeners.append(shared.push_bans)
         admin = None
         if bans is not None and spec.admin.listen is not None:
-            admin = AdminApi(bans, self.reload, self.status, spec.admin.token)
-            try:
-                await admin.start(*spec.admin.listen)
-                log.log(errorlog.NOTICE, "admin API on %s:%s", *spec.admin.listen)
-            except OSError as exc:
-                log.error("admin API not started: bind() to %s:%s failed (%s)", *spec.admin.listen, exc.strerror)
-                admin = None
+            admin = await serve_admin(
+                spec,
+                bans,
+                self.reload,
+                self.status,
+                config=lambda: self.config.spec,
+                serving=lambda: bool(self.workers) and not self.stopping,
+            )
         try:
             return await self._run()
         finally:

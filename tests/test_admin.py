@@ -59,7 +59,7 @@ async def test_ban_unban_and_bans_through_the_cli(gateway_factory, upstream):
     admin = free_port()
     gw = gateway_factory(config(upstream, admin))
     conf = str(gw.config_path)
-    banned = cli("ban", "127.0.0.0/8", "--for", "1h", "--reason", "scraping", "-c", conf)
+    banned = cli("ban", "127.0.0.0/8", "--for", "1h", "--reason", "scraping", "--force", "-c", conf)
     assert banned.returncode == 0, banned.stderr
     assert await status(gw.url + "/echo") == 403
     listed = json.loads(cli("bans", "--json", "-c", conf).stdout)

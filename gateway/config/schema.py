@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from gateway.admin_guard import is_loopback_host
+from gateway.admin_token import valid_token
 from gateway.config.logformat import PRESETS, unknown_variables
 from gateway.config.reader import (
     Reader,
@@ -103,6 +105,7 @@ class EdgeSpec:
 class AdminSpec:
     listen: tuple[str, int] | None = ("127.0.0.1", 9180)
     token: str | None = None
+    token_file: str | None = None  # None: gateway.admin_token.default_token_path(port)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -435,7 +438,7 @@ def _log_target(value: Any) -> str:
 
 
 def _admin(r: Reader, value: Any, path: KeyPath) -> AdminSpec:
-    data = r.mapping(value, path, ("listen", "token"))
+    data = r.mapping(value, path, ("listen", "token", "token_file"))
     if data is None:
         return AdminSpec()
     listen: tuple[str, int] | None = ("127.0.0.1", 9180)
@@ -448,7 +451,19 @@ def _admin(r: Reader, value: Any, path: KeyPath) -> AdminSpec:
         token = os.environ.get(token[1:]) or None
         if token is None:
             r.error(path + ("token",), f"environment variable {data['token'][1:]} is not set")
-    return AdminSpec(listen=listen, token=token)
+    if token is not None and not valid_token(token):
+        r.error(path + ("token",), "the token must be visible ASCII characters, without spaces")
+    token_file = r.field(data, "token_file", path, as_str, None)
+    if token_file is not None and not os.path.isabs(token_file):
+        r.error(path + ("token_file",), "must be an absolute path (the CLI reads it from another directory)")
+    if listen is not None and "token" not in data and not is_loopback_host(listen[0]):
+        host = f"[{listen[0]}]" if ":" in listen[0] else listen[0]
+        r.error(
+            path + ("listen",),
+            f"{host}:{listen[1]} is not a loopback address: an admin API reachable from other machines "
+            "needs admin.token",
+        )
+    return AdminSpec(listen=listen, token=token, token_file=token_file)
 
 
 # -- upstreams --------------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""Checks that keep web pages away from the admin API, made before the token is looked at.
+
+A browser can be made to send requests to 127.0.0.1:9180 by any page it visits:
+a "simple" cross-origin POST (text/plain, no preflight), or a page on a domain
+that the attacker re-points at 127.0.0.1 (DNS rebinding), which the browser
+then treats as same-origin. So:
+
+* a mutating call must be ``Content-Type: application/json`` (a browser cannot
+  send that cross-origin without a preflight, and preflights are refused);
+* a request with an ``Origin`` other than the listener's own is refused, and so
+  is one a browser marks ``Sec-Fetch-Site: cross-site`` or ``same-site``;
+* on a loopback listener the ``Host`` must be a loopback name or address.
+
+Each check returns the refusal's reason, or None; none echoes request bytes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_PORT = re.compile(r"[0-9]{1,5}")
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost``, an address in 127.0.0.0/8, or ``::1`` (a bracketed form is accepted too)."""
+    text = host.strip().lower()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    if text == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return ip in ipaddress.ip_network("127.0.0.0/8") if ip.version == 4 else ip == ipaddress.IPv6Address("::1")
+
+
+def host_of(authority: str) -> str | None:
+    """The host of ``host[:port]`` / ``[v6][:port]``; None when it is not of that shape."""
+    text = authority.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            return None
+        host, rest = text[: end + 1], text[end + 1 :]
+    else:
+        host, sep, port = text.partition(":")
+        rest = sep + port
+    if rest and not (rest.startswith(":") and _PORT.fullmatch(rest[1:])):
+        return None
+    return host or None
+
+
+def refusal(request: web.Request, *, loopback_listener: bool) -> tuple[int, str] | None:
+    """(status, reason) when the request must be refused before authentication."""
+    headers = request.headers
+    if request.method == "OPTIONS":
+        return 403, "the admin API does not answer CORS preflights"
+    if loopback_listener:
+        for value in headers.getall("Host", ()):
+            host = host_of(value)
+            if host is None or not is_loopback_host(host):
+                return 403, "the Host header must name this machine's loopback (localhost, 127.0.0.1, [::1])"
+    origins = headers.getall("Origin", ())
+    if origins and not all(_own_origin(request, origin) for origin in origins):
+        return 403, "cross-origin requests are refused"
+    if headers.get("Sec-Fetch-Site", "").strip().lower() in ("cross-site", "same-site"):
+        return 403, "cross-site requests are refused"
+    if request.method in MUTATING and request.content_type != "application/json":
+        return 415, "this call needs Content-Type: application/json"
+    return None
+
+
+def _own_origin(request: web.Request, origin: str) -> bool:
+    """True when ``origin`` is ``http://<the address this connection came in on>:<port>``
+    (or ``localhost`` on a loopback address)."""
+    sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+    if not sockname:
+        return False
+    address, port = str(sockname[0]), int(sockname[1])
+    hosts = {f"[{address}]" if ":" in address else address}
+    if is_loopback_host(address):
+        hosts.add("localhost")
+    suffixes = (f":{port}", "") if port == 80 else (f":{port}",)
+    allowed = {f"http://{host}{suffix}" for host in hosts for suffix in suffixes}
+    return origin.strip().lower() in allowed
