@@ -432,17 +432,45 @@ class RawUpstream:
                 lines = head.decode("latin-1").split("\r\n")
                 method, target, version = lines[0].split(" ", 2)
                 headers = [tuple(line.split(": ", 1)) for line in lines[1:]]
+                chunked = any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in headers)
                 length = next((int(v) for k, v in headers if k.lower() == "content-length"), 0)
-                while len(buffer) < length:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buffer += data
-                buffer = buffer[length:]
-                entry = {"method": method, "target": target, "version": version, "headers": headers, "body": length}
+                body = b""
+                if chunked:
+                    while True:
+                        while b"\r\n" not in buffer:
+                            data = conn.recv(65536)
+                            if not data:
+                                return
+                            buffer += data
+                        size_line, buffer = buffer.split(b"\r\n", 1)
+                        size = int(size_line.split(b";")[0], 16)
+                        while len(buffer) < size + 2:
+                            data = conn.recv(65536)
+                            if not data:
+                                return
+                            buffer += data
+                        body += buffer[:size]
+                        buffer = buffer[size + 2 :]
+                        if size == 0:
+                            break
+                else:
+                    while len(buffer) < length:
+                        data = conn.recv(65536)
+                        if not data:
+                            return
+                        buffer += data
+                    body, buffer = buffer[:length], buffer[length:]
+                entry = {
+                    "method": method,
+                    "target": target,
+                    "version": version,
+                    "headers": headers,
+                    "body": len(body),
+                    "body_bytes": body.decode("latin-1"),
+                }
                 self.heads.append(entry)
                 body = json.dumps(entry).encode()
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                    % (len(body), body)
+                head_bytes = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(
+                    body
                 )
+                conn.sendall(head_bytes if method == "HEAD" else head_bytes + body)

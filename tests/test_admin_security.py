@@ -295,7 +295,7 @@ def test_check_refuses_tokens_that_cannot_work(tmp_path):
     for admin, message in (
         ("{token: 'two words'}", "admin.token: the token must be visible ASCII characters, without spaces"),
         ("{token: ''}", "admin.token: expected a non-empty string"),
-        ("{token: \"t\\u00e9st\"}", "admin.token: the token must be visible ASCII characters, without spaces"),
+        ('{token: "t\\u00e9st"}', "admin.token: the token must be visible ASCII characters, without spaces"),
         ("{token_file: relative/admin.token}", "admin.token_file: must be an absolute path"),
     ):
         conf.write_text(f"admin: {admin}\n{ROUTES}")
