@@ -36,6 +36,7 @@ class _Ctx:
     client = parse_addr("203.0.113.7")
     peer = parse_addr("127.0.0.1")
     raw_target = "/a?b=1"
+    request_target = "/a?b=1"
     status = 0
     body_bytes_sent = 5
     uri = "/a"
