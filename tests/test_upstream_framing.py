@@ -110,3 +110,29 @@ async def test_a_101_to_a_plain_request_is_a_502(gateway_factory):
     assert status == 502
     assert b"RAW" not in body
     assert "upstream sent 101 to a request that did not ask to switch protocols" in gw.stderr()
+
+
+async def test_bytes_on_an_idle_pooled_connection_close_it(gateway_factory):
+    """The extra response comes late, while the connection sits in the keep-alive pool."""
+    poison_now = asyncio.Event()
+    closed_by_gateway = asyncio.Event()
+
+    async def script(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await poison_now.wait()
+        writer.write(POISON)
+        await writer.drain()
+        await reader.read()
+        closed_by_gateway.set()
+
+    async with RawUpstream(script) as up:
+        gw = gateway_factory(lambda p: config(p, up.port))
+        assert (await get(gw.url + "/"))[2] == b"ok"  # the gateway has pooled the connection by now
+        poison_now.set()
+        await asyncio.wait_for(closed_by_gateway.wait(), 5)
+        status, headers, body = await get(gw.url + "/")  # a new connection (which gets poisoned too)
+    assert (status, body) == (200, b"ok") and "X-Poison" not in headers
+    assert up.connections == 2
+    assert "upstream sent more data than the response" in gw.stderr()

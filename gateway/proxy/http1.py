@@ -140,7 +140,7 @@ class Connection(asyncio.Protocol):
         if self._head is None:
             # Bytes on an idle connection belong to no request (nginx closes it too):
             # keeping them would hand them to the next request on this connection.
-            self.close()
+            self._discard_extra()
             self.pool.forget(self)
             return
         self._received = True
