@@ -235,15 +235,31 @@ async def test_a_refusal_reaches_the_client_whole(gateway_factory, echo):
     assert (entry["status"], entry["body_bytes_sent"]) == (401, len(b"who are you?"))
 
 
-async def test_the_connection_serves_plain_requests_after_a_refused_upgrade(gateway_factory, echo):
-    """A refused upgrade leaves an ordinary HTTP connection: no byte is taken for a tunnel."""
-    gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{echo.port}"))
-    reader, writer, status, headers = await open_raw(gw.port, "/private")
-    await reader.readexactly(int(headers["content-length"][0]))
-    writer.write(b"GET /private HTTP/1.1\r\nHost: ws.example\r\n\r\n")
-    status2, _ = parse_head(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5))
-    writer.close()
-    assert (status, status2) == (401, 401)
+@pytest.mark.parametrize("same_write", [True, False])
+async def test_a_refused_upgrade_opens_no_tunnel_to_smuggle_requests_through(gateway_factory, same_write):
+    """WebSocket smuggling: after a non-101 answer, what the client sends next is HTTP for the
+    gateway (routing, limits, its own 404), never bytes passed to the upstream's connection."""
+    upstream_received = bytearray()
+
+    async def refuse(reader, writer):
+        upstream_received.extend(await read_request(reader))
+        writer.write(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 4\r\n\r\nnope")
+        await writer.drain()
+        while data := await reader.read(65536):
+            upstream_received.extend(data)
+
+    smuggled = b"GET /internal HTTP/1.1\r\nHost: ws.example\r\n\r\n"
+    async with RawUpstream(refuse) as up:
+        gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}").replace("location: /,", "location: /ws,"))
+        reader, writer, status, headers = await open_raw(gw.port, "/ws", smuggled if same_write else b"")
+        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"][0])), 5)
+        if not same_write:
+            writer.write(smuggled)
+        status2, _ = parse_head(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5))
+        writer.close()
+    assert (status, body) == (426, b"nope")
+    assert status2 == 404  # the gateway's: no route for /internal
+    assert b"/internal" not in upstream_received
 
 
 async def test_bytes_on_either_side_of_the_101_are_not_lost(gateway_factory):

@@ -76,7 +76,7 @@ class Tunnel(asyncio.Protocol):
     # -- the client's side (aiohttp's RequestHandler calls these) --------------------------------------
     def feed_data(self, data: bytes) -> tuple[bool, bytes]:
         upstream = self.upstream
-        if upstream is not None and not self.ended.done():
+        if upstream is not None and not self.ended.done() and not upstream.is_closing():
             upstream.write(data)
             self.sent_to_upstream += len(data)
             self._active = self.loop.time()
@@ -111,8 +111,9 @@ class Tunnel(asyncio.Protocol):
         self.client_transport.write(data)
         self.sent_to_client += len(data)
         self._active = self.loop.time()
-        if self.client.writing_paused and self._drain is None and self.upstream is not None:
-            self.upstream.pause_reading()  # the client is not reading: stop reading the upstream
+        upstream = self.upstream
+        if self.client.writing_paused and self._drain is None and upstream is not None and not upstream.is_closing():
+            upstream.pause_reading()  # the client is not reading: stop reading the upstream
             self._drain = self.loop.create_task(self._resume_upstream_when_drained())
 
     async def _resume_upstream_when_drained(self) -> None:
@@ -123,8 +124,9 @@ class Tunnel(asyncio.Protocol):
             return
         finally:
             self._drain = None
-        if self.upstream is not None and not self.ended.done():
-            self.upstream.resume_reading()
+        upstream = self.upstream
+        if upstream is not None and not self.ended.done() and not upstream.is_closing():
+            upstream.resume_reading()
 
     def _check_idle(self) -> None:
         idle = self.loop.time() - self._active
