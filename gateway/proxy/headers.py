@@ -7,6 +7,9 @@
   ``X-Forwarded-Host`` and ``X-Real-IP`` are set. Forwarding headers that arrive
   from a peer outside ``real_ip.from`` are not trusted: they are replaced, not
   extended.
+* WebSocket: the handshake gets our ``Connection: upgrade`` and ``Upgrade: websocket``
+  (the client's Sec-WebSocket-* pass as they are); the upstream's 101 keeps all its
+  end-to-end headers and gets ``Upgrade`` and ``Connection: upgrade`` back.
 """
 
 from __future__ import annotations
