@@ -24,7 +24,7 @@ from gateway.edge import unsupported_version
 from gateway.limiting import Admission, Limiter
 from gateway.plan import CompiledConfig, RoutePlan
 from gateway.proxy.forward import forward_http
-from gateway.proxy.headers import is_websocket_upgrade, upstream_request_headers
+from gateway.proxy.headers import is_websocket_upgrade
 from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.proxy.websocket import forward_websocket
 from gateway.realip import UNKNOWN, parse_addr
@@ -134,15 +134,16 @@ class Pipeline:
     ) -> web.StreamResponse:
         trusted_peer = bool(config.realip.trusted) and ctx.peer in config.realip.trusted
         if is_websocket_upgrade(request.headers):
-            headers = upstream_request_headers(
-                request.headers,
-                peer_ip=ctx.peer.text,
-                client_ip=ctx.client.text,
-                trusted_peer=trusted_peer,
-                scheme=ctx.scheme,
-                host_override=pool.spec.host,
-            )
-            return await forward_websocket(request, ctx, pool, headers)
+            ws_extra = self.limiter.headers(admission) if admission is not None else ()
+            try:
+                return await forward_websocket(request, ctx, pool, ws_extra, trusted_peer=trusted_peer)
+            except asyncio.CancelledError:
+                if ctx.status == 101 and not ctx.logged:
+                    # The client closed its tunnel (or shutdown ended it): the 101 went out, and
+                    # that is what the log says (nginx too), not 499.
+                    ctx.logged = True
+                    self.access_log.write(ctx, request, None, time.monotonic() - ctx.started)
+                raise
         extra = self.limiter.headers(admission) if admission is not None else ()
         return await forward_http(
             request,

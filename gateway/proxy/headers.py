@@ -7,6 +7,9 @@
   ``X-Forwarded-Host`` and ``X-Real-IP`` are set. Forwarding headers that arrive
   from a peer outside ``real_ip.from`` are not trusted: they are replaced, not
   extended.
+* WebSocket: the handshake gets our ``Connection: upgrade`` and ``Upgrade: websocket``
+  (the client's Sec-WebSocket-* pass as they are); the upstream's 101 keeps all its
+  end-to-end headers and gets ``Upgrade`` and ``Connection: upgrade`` back.
 """
 
 from __future__ import annotations
@@ -32,10 +35,6 @@ HOP_BY_HOP = frozenset(
 # Set by us (or by aiohttp) on the way to the upstream.
 _REQUEST_REPLACED = frozenset(
     h.lower() for h in ("Host", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-IP", "Expect")
-)
-_WEBSOCKET_OWN = frozenset(
-    h.lower()
-    for h in ("Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Extensions", "Sec-WebSocket-Protocol")
 )
 
 
@@ -86,30 +85,6 @@ def _upstream_fields(
     return fields
 
 
-def upstream_request_headers(
-    incoming: CIMultiDictProxy[str],
-    *,
-    peer_ip: str,
-    client_ip: str,
-    trusted_peer: bool,
-    scheme: str,
-    host_override: str | None,
-) -> CIMultiDict[str]:
-    """The headers of a WebSocket handshake to the upstream (aiohttp adds its own Sec-WebSocket-*)."""
-    return CIMultiDict(
-        _upstream_fields(
-            incoming,
-            _WEBSOCKET_OWN,
-            connection_tokens(incoming),
-            peer_ip=peer_ip,
-            client_ip=client_ip,
-            trusted_peer=trusted_peer,
-            scheme=scheme,
-            host_override=host_override,
-        )
-    )
-
-
 def is_websocket_upgrade(headers: CIMultiDictProxy[str]) -> bool:
     upgrade = headers.get("Upgrade")
     return upgrade is not None and upgrade.lower() == "websocket" and "upgrade" in connection_tokens(headers)
@@ -146,12 +121,46 @@ def request_head(
         scheme=scheme,
         host_override=host_override,
     )
+    if chunked:
+        fields.append(("Transfer-Encoding", "chunked"))
+    elif content_length is not None:
+        fields.append(("Content-Length", str(content_length)))
+    return _head_bytes(method, target, fields)
+
+
+def upgrade_request_head(
+    method: str,
+    target: str,
+    incoming: CIMultiDictProxy[str],
+    *,
+    peer_ip: str,
+    client_ip: str,
+    trusted_peer: bool,
+    scheme: str,
+    host_override: str | None,
+) -> bytes:
+    """A WebSocket handshake for the upstream, as nginx sends it with ``proxy_set_header
+    Upgrade websocket`` and ``proxy_set_header Connection upgrade``: the client's headers
+    (its Sec-WebSocket-* as they are) with the forwarding headers, then our ``Connection``
+    and ``Upgrade``. It has no body; the client's framing headers are dropped."""
+    fields = _upstream_fields(
+        incoming,
+        _CONTENT_LENGTH,
+        connection_tokens(incoming) - _FRAMING,
+        peer_ip=peer_ip,
+        client_ip=client_ip,
+        trusted_peer=trusted_peer,
+        scheme=scheme,
+        host_override=host_override,
+    )
+    fields.append(("Connection", "upgrade"))
+    fields.append(("Upgrade", "websocket"))
+    return _head_bytes(method, target, fields)
+
+
+def _head_bytes(method: str, target: str, fields: list[tuple[str, str]]) -> bytes:
     lines = [f"{method} {target} HTTP/1.1"]
     lines += map(": ".join, fields)
-    if chunked:
-        lines.append("Transfer-Encoding: chunked")
-    elif content_length is not None:
-        lines.append(f"Content-Length: {content_length}")
     lines.append("\r\n")
     return "\r\n".join(lines).encode("utf-8", "surrogateescape")
 
@@ -190,3 +199,14 @@ def response_headers(raw: list[tuple[bytes, bytes]]) -> tuple[CIMultiDict[str], 
             continue
         out.add(name.decode("latin-1"), _text(value))
     return out, length
+
+
+def switch_response_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
+    """The headers of an upstream's 101 for the client: all of them (Set-Cookie,
+    Sec-WebSocket-Accept, -Protocol, -Extensions ...) minus hop-by-hop and framing, then
+    the upstream's ``Upgrade`` and ``Connection: upgrade``, which make it a 101."""
+    headers, _ = response_headers(raw)
+    upgrade = next((_text(value) for name, value in raw if name.lower() == b"upgrade"), "websocket")
+    headers["Upgrade"] = upgrade
+    headers["Connection"] = "upgrade"
+    return headers

@@ -1,10 +1,15 @@
-"""A lean HTTP/1.1 client for talking to upstreams (plain requests; WebSocket stays on aiohttp).
+"""A lean HTTP/1.1 client for talking to upstreams (plain requests and WebSocket handshakes).
 
 It does one thing, for the proxy: send a request head and a streamed body on a
 pooled keep-alive connection, and hand back the response head and a stream of
 body chunks. Response framing (Content-Length, chunked, close-delimited, 1xx,
 204/304) is parsed by httptools (llhttp). Compared with aiohttp's client there
 is no per-request session machinery, cookie, redirect or tracing logic.
+
+One response per request: bytes after a complete response (a second response,
+or garbage) are never read as part of anything; they are logged and the
+connection is closed, as nginx does. A request that asked to switch protocols
+(``expect_upgrade``) and got a 101 hands its connection over (``detach``).
 
 Timeouts, like nginx: ``connect`` bounds the TCP/TLS handshake; ``read`` bounds
 the wait for the response head and the gap between two reads of the body;
@@ -21,6 +26,8 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import httptools
+
+from gateway import errorlog
 
 BODY_HIGH_WATER = 256 * 1024
 MAX_HEADER_BYTES = 64 * 1024  # a larger response header is refused, like nginx's proxy_buffer_size
@@ -68,6 +75,14 @@ class _HeaderTooBig(Exception):
     pass
 
 
+class _ExtraData(Exception):
+    """A message began after the final response was complete."""
+
+
+class _UnexpectedSwitch(Exception):
+    """A 101 to a request that did not ask to switch protocols."""
+
+
 class _Answered(Exception):
     """The upstream answered (and closed) before it had the whole request body."""
 
@@ -110,28 +125,64 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
         self._body_cut = False  # the request body was not sent whole: never reuse
+        self._upgrade_expected = False  # the request asked to switch protocols (WebSocket)
+        self._switch_head: ResponseHead | None = None  # a 101 whose tunnel bytes follow
+        self._tunnel_head = b""  # tunnel bytes that came with (or after) the 101, until detach()
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self._switch_head is not None:
+            self._tunnel_head += data  # the tunnel's, kept until detach()
+            return
         if self._head is None:
             # Bytes on an idle connection belong to no request (nginx closes it too):
             # keeping them would hand them to the next request on this connection.
-            self.close()
+            self._discard_extra()
             self.pool.forget(self)
             return
         self._received = True
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self._switched(data[exc.args[0] :])
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _HeaderTooBig):
+            cause = exc.__context__
+            if isinstance(cause, _ExtraData):
+                self._discard_extra()
+            elif isinstance(cause, _HeaderTooBig):
                 self._fail(Disconnected("upstream sent too big header"))
+            elif isinstance(cause, _UnexpectedSwitch):
+                self._fail(Disconnected("upstream sent 101 to a request that did not ask to switch protocols"))
             elif not self._head_only:
                 self._fail(Disconnected("upstream response could not be handled"))
         except httptools.HttpParserError as exc:
-            self._fail(Disconnected(f"upstream sent an invalid response ({exc})"))
+            if self._complete:
+                self._discard_extra()  # garbage after a complete response: the response stands
+            else:
+                self._fail(Disconnected(f"upstream sent an invalid response ({exc})"))
+
+    def _discard_extra(self) -> None:
+        """Bytes after the complete response: never part of it, nor of the next one."""
+        errorlog.log.warning(
+            'upstream sent more data than the response while reading upstream, upstream: "%s:%d"',
+            self.pool.host,
+            self.pool.port,
+        )
+        self.close()
+
+    def _switched(self, tail: bytes) -> None:
+        """The upstream switched protocols: what follows the 101 is the tunnel's."""
+        head = self._switch_head
+        if head is None or self._head is None or self._head.done():
+            self._fail(Disconnected("upstream switched protocols unasked"))
+            return
+        if self.transport is not None:
+            self.transport.pause_reading()  # until the tunnel takes the connection over
+        self._tunnel_head = tail
+        self._head.set_result(head)
 
     def eof_received(self) -> bool | None:
         self._on_eof()
@@ -156,6 +207,10 @@ class Connection(asyncio.Protocol):
             self._drain.set_result(None)
 
     # -- httptools callbacks ------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self._complete:
+            raise _ExtraData()  # a second response (or garbage) after the final one
+
     def on_status(self, status: bytes) -> None:
         self._status_reason = status
 
@@ -173,6 +228,15 @@ class Connection(asyncio.Protocol):
         head = ResponseHead(
             status, self._status_reason.decode("latin-1"), self._raw_headers, self.parser.get_http_version()
         )
+        upgrade_expected = self._upgrade_expected
+        self._upgrade_expected = False  # one request's wish, not the connection's
+        if status == 101:
+            if not upgrade_expected:
+                raise _UnexpectedSwitch()
+            self._switch_head = head  # handed out once llhttp confirms the switch (HttpParserUpgrade)
+            self._raw_headers = []
+            self._header_bytes = 0
+            return
         framed = status in (204, 304) or any(
             name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self._raw_headers
         )
@@ -233,6 +297,22 @@ class Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    # -- switching protocols ----------------------------------------------------------------------------
+    def expect_upgrade(self) -> None:
+        """The next request asks to switch protocols: a 101 answer is the tunnel's start, not an error."""
+        self._upgrade_expected = True
+
+    def detach(self, protocol: asyncio.BaseProtocol) -> tuple[asyncio.Transport | None, bytes]:
+        """After a 101: hand the transport (reading paused) to ``protocol``, with the tunnel bytes
+        received so far. The transport is None when the upstream is gone already."""
+        tail, self._tunnel_head = self._tunnel_head, b""
+        transport, self.transport = self.transport, None
+        self.closed = True  # never pooled again; close() no longer touches the transport
+        if transport is None or transport.is_closing():
+            return None, tail
+        transport.set_protocol(protocol)
+        return transport, tail
 
     # -- one exchange -----------------------------------------------------------------------------------
     async def send(self, head: bytes, body: AsyncIterable[bytes] | None, chunked: bool, send_timeout: float) -> None:

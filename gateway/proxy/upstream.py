@@ -5,19 +5,15 @@
 * ``connect_timeout`` bounds the TCP (and TLS) connect; ``read_timeout`` bounds the
   gap between two reads of the response, like ``proxy_read_timeout``;
   ``send_timeout`` a stalled write of the request body.
-* Plain HTTP goes through ``http1`` (our own client); WebSocket upgrades through an
-  aiohttp session that never decompresses, keeps no cookies and adds no headers.
+* Plain HTTP and WebSocket handshakes go through ``http1`` (our own client).
 """
 
 from __future__ import annotations
 
 import time
 
-import aiohttp
-from yarl import URL
-
 from gateway.config.schema import UpstreamSpec
-from gateway.proxy.balancer import Balancer, Peer
+from gateway.proxy.balancer import Balancer
 from gateway.proxy.http1 import UpstreamConnections
 
 
@@ -38,32 +34,7 @@ class UpstreamPool:
         self.connections = UpstreamConnections(
             spec.keepalive, spec.keepalive_timeout_ms / 1000, spec.scheme, spec.tls_verify
         )
-        self._session: aiohttp.ClientSession | None = None
         self.in_flight = 0  # requests (and WebSockets) using this pool now
-        self.ssl: bool = spec.tls_verify  # for aiohttp (WebSocket): verify certificates, or not
-        self.ws_scheme = "wss" if spec.scheme == "https" else "ws"
-        self._ws_bases = {peer.index: f"{self.ws_scheme}://{peer.address}" for peer in self.balancer.peers}
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        """An aiohttp session, for WebSocket upgrades only (plain HTTP uses ``connections``)."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, force_close=True),
-                auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-                timeout=aiohttp.ClientTimeout(
-                    total=None, connect=self.connect_timeout, sock_connect=self.connect_timeout, sock_read=None
-                ),
-                trust_env=False,
-                max_line_size=65536,
-                max_field_size=65536,
-            )
-        return self._session
-
-    def ws_url(self, peer: Peer, raw_target: str) -> URL:
-        return URL(self._ws_bases[peer.index] + raw_target, encoded=True)
 
     @property
     def max_tries(self) -> int:
@@ -71,8 +42,6 @@ class UpstreamPool:
 
     async def close(self) -> None:
         self.connections.close()
-        if self._session is not None:
-            await self._session.close()
 
 
 class Upstreams:

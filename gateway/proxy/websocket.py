@@ -1,114 +1,166 @@
-"""WebSocket pass-through: the upstream handshake first, then frames both ways.
+"""WebSocket pass-through, the way nginx does it.
 
-The upstream connection is opened before the client's upgrade is accepted, so a
-refusal upstream (403, 404, ...) reaches the client as that status, and the
-subprotocol the upstream picked is the one the client gets. Compression is off
-on both legs so frames pass as they are; pings, pongs and close codes are
-relayed, not answered by the gateway.
+The client's handshake goes to the upstream through our own HTTP/1.1 client
+(``Connection: upgrade`` and ``Upgrade: websocket`` set by us, the client's
+Sec-WebSocket-* headers as they are, forwarding headers as for any request).
+Then, on the upstream's answer:
+
+* 101: the client gets a 101 with the upstream's headers (Set-Cookie,
+  Sec-WebSocket-Accept/-Protocol/-Extensions ...), and from then on the two
+  connections are one tunnel of raw bytes (``tunnel``): no frame parsing, no
+  message size limit, backpressure both ways. It ends when either side closes or
+  after ``read_timeout`` without a byte either way (nginx's ``proxy_read_timeout``
+  on upgraded connections). The access log says 101, ``$body_bytes_sent`` being
+  the bytes tunnelled to the client.
+* anything else (a redirect, a 401, a 503 ...): relayed whole, status, headers
+  and body, like any proxied response. A redirect is never followed.
+
+A connect failure moves on to the next server and counts against it, as for
+plain requests.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Sequence
 
-import aiohttp
-from aiohttp import WSMsgType, web
+from aiohttp import web
+from multidict import CIMultiDict
 
 from gateway import errorlog, responses
 from gateway.context import RequestContext
+from gateway.proxy.balancer import Peer
+from gateway.proxy.forward import _relay
+from gateway.proxy.headers import switch_response_headers, upgrade_request_head
+from gateway.proxy.http1 import Connection, ResponseHead, StaleConnection, UpstreamFailure
+from gateway.proxy.tunnel import End, Tunnel
 from gateway.proxy.upstream import UpstreamPool
 
-MAX_MESSAGE = 16 * 1024 * 1024
+
+class SwitchingProtocols(web.StreamResponse):
+    """The upstream's 101 for the client: no framing headers and no body; after it the
+    connection carries the tunnel's bytes, and it closes when the tunnel ends."""
+
+    _length_check = False  # neither Content-Length nor chunked framing
+
+    def __init__(self, reason: str, headers: CIMultiDict[str]) -> None:
+        super().__init__(status=101, reason=reason or None, headers=headers)
+        self.force_close()
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        # Nothing follows a 101 in HTTP: the tunnel has had the connection's bytes.
+        self._eof_sent = True
 
 
 async def forward_websocket(
     request: web.BaseRequest,
     ctx: RequestContext,
     pool: UpstreamPool,
-    headers: dict[str, str] | aiohttp.typedefs.LooseHeaders,
+    extra_headers: Sequence[tuple[str, str]] = (),
+    *,
+    trusted_peer: bool,
 ) -> web.StreamResponse:
-    accept = request.headers.get("Accept", "")
-    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip()]
+    accept = ctx.headers.get("Accept", "")
+    if request.body_exists:
+        refused = responses.error(400, accept, "a WebSocket handshake has no body")
+        refused.force_close()  # the body was not read
+        return refused
+    head = upgrade_request_head(
+        ctx.method,
+        ctx.raw_target,
+        ctx.headers,
+        peer_ip=ctx.peer.text,
+        client_ip=ctx.client.text,
+        trusted_peer=trusted_peer,
+        scheme=ctx.scheme,
+        host_override=pool.spec.host,
+    )
+    balancer = pool.balancer
     tried: set[int] = set()
-    started = time.monotonic()
+    addrs: list[str] = []
+    statuses: list[str] = []
     timed_out = False
+    started = time.monotonic()
     for _attempt in range(pool.max_tries):
-        peer = pool.balancer.pick(tried)
+        peer = balancer.pick(tried)
         if peer is None:
             break
         tried.add(peer.index)
-        ctx.upstream_addr = peer.address
+        addrs.append(peer.address)
         try:
-            upstream = await pool.session.ws_connect(
-                pool.ws_url(peer, ctx.raw_target),
-                headers=headers,
-                protocols=offered,
-                autoclose=False,
-                autoping=False,
-                max_msg_size=MAX_MESSAGE,
-                compress=0,
-                ssl=pool.ssl,
-                timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0),
-            )
-        except aiohttp.WSServerHandshakeError as exc:
-            pool.balancer.report(peer, failed=False)
-            ctx.upstream_status = str(exc.status)
-            status = exc.status if 400 <= exc.status <= 599 else 502
-            return responses.error(status, accept, "upstream refused the WebSocket upgrade")
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            timed_out = isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError))
-            errorlog.request_event("error", ctx, f"WebSocket connect to upstream failed ({exc!s})")
-            pool.balancer.report(peer, failed=True)
+            conn, answer = await _handshake(pool, peer, head)
+        except UpstreamFailure as exc:
+            # nothing of the client's has been consumed: any server may be tried next
+            timed_out = exc.timeout
+            statuses.append("504" if timed_out else "502")
+            ctx.upstream_addr = peer.address
+            errorlog.request_event("error", ctx, f"{exc} while talking to upstream")
+            if balancer.report(peer, failed=True):
+                errorlog.log.warning(
+                    'upstream server temporarily disabled: %s in upstream "%s"', peer.address, pool.name
+                )
             continue
-        pool.balancer.report(peer, failed=False)
-        ctx.upstream_status = "101"
+        balancer.report(peer, failed=False)
+        statuses.append(str(answer.status))
+        ctx.upstream_addr = ", ".join(addrs)
+        ctx.upstream_status = ", ".join(statuses)
         try:
-            return await _bridge(request, upstream)
+            if answer.status != 101:
+                return await _relay(request, ctx, conn, answer, pool, extra_headers)
+            return await _tunnel(request, ctx, conn, answer, pool, extra_headers)
         finally:
-            await upstream.close()
             ctx.upstream_time = f"{time.monotonic() - started:.3f}"
+    ctx.upstream_addr = ", ".join(addrs)
+    ctx.upstream_status = ", ".join(statuses)
+    ctx.upstream_time = f"{time.monotonic() - started:.3f}" if addrs else ""
+    if not addrs:
+        errorlog.request_event("error", ctx, f'no live upstreams while connecting to upstream "{pool.name}"')
     return responses.error(504 if timed_out else 502, accept)
 
 
-async def _bridge(request: web.BaseRequest, upstream: aiohttp.ClientWebSocketResponse) -> web.WebSocketResponse:
-    protocols = (upstream.protocol,) if upstream.protocol else ()
-    client = web.WebSocketResponse(
-        protocols=protocols, autoclose=False, autoping=False, max_msg_size=MAX_MESSAGE, compress=False
-    )
-    await client.prepare(request)
-    to_upstream = asyncio.ensure_future(_pump(client, upstream))
-    to_client = asyncio.ensure_future(_pump(upstream, client))
+async def _handshake(pool: UpstreamPool, peer: Peer, head: bytes) -> tuple[Connection, ResponseHead]:
+    """Send the upgrade request on a pooled (or new) connection and read the answer's head."""
+    peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
+    for attempt in range(2):
+        conn = await peer_pool.acquire(pool.connect_timeout, fresh=attempt > 0)
+        conn.expect_upgrade()
+        try:
+            await conn.send(head, None, False, pool.send_timeout)
+            return conn, await conn.read_head(pool.read_timeout)
+        except StaleConnection:
+            conn.close()
+            continue  # the upstream had closed this idle connection: one more try, on a fresh one
+        except BaseException:
+            conn.close()
+            raise
+    raise StaleConnection("upstream closed two connections in a row before answering")
+
+
+async def _tunnel(
+    request: web.BaseRequest,
+    ctx: RequestContext,
+    conn: Connection,
+    answer: ResponseHead,
+    pool: UpstreamPool,
+    extra_headers: Sequence[tuple[str, str]],
+) -> web.StreamResponse:
+    headers = switch_response_headers(answer.headers)
+    for name, value in extra_headers:
+        headers[name] = value
+    response = SwitchingProtocols(answer.reason, headers)
     try:
-        await asyncio.wait((to_upstream, to_client), return_when=asyncio.FIRST_COMPLETED)
+        await response.prepare(request)
+        tunnel = Tunnel(request.protocol, request.writer, pool.read_timeout)
+    except BaseException:
+        conn.close()
+        raise
+    ctx.status = 101  # sent: however the tunnel ends, this is what the access log says
+    try:
+        end = await tunnel.run(conn)
     finally:
-        for task in (to_upstream, to_client):
-            task.cancel()
-        await asyncio.gather(to_upstream, to_client, return_exceptions=True)
-        if not client.closed:
-            await client.close()
-    return client
-
-
-async def _pump(
-    source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-    sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-) -> None:
-    while True:
-        msg = await source.receive()
-        kind = msg.type
-        if kind is WSMsgType.TEXT:
-            await sink.send_str(msg.data)
-        elif kind is WSMsgType.BINARY:
-            await sink.send_bytes(msg.data)
-        elif kind is WSMsgType.PING:
-            await sink.ping(msg.data)
-        elif kind is WSMsgType.PONG:
-            await sink.pong(msg.data)
-        elif kind is WSMsgType.CLOSE:
-            await sink.close(code=msg.data or 1000, message=(msg.extra or "").encode())
-            return
-        else:  # CLOSING, CLOSED, ERROR
-            if not sink.closed:
-                await sink.close(code=1011 if kind is WSMsgType.ERROR else 1000)
-            return
+        ctx.body_bytes_sent = tunnel.sent_to_client
+    if end is End.IDLE:
+        errorlog.request_event(
+            "error", ctx, f"upstream timed out (no data for {pool.read_timeout:g}s) while proxying upgraded connection"
+        )
+    return response
