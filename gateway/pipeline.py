@@ -147,4 +147,5 @@ class Pipeline:
             extra,
             trusted_peer=trusted_peer,
             body_timeout=route.client_body_timeout_s,
+            buffers=route.buffers,
         )
