@@ -252,6 +252,8 @@ async def _forward(
             if exc.phase != "connect" and (method in NON_IDEMPOTENT or _consumed(body)):
                 break  # the request may have reached the upstream: replaying it is not safe (or possible)
             continue
+        if isinstance(body, RequestSpool):
+            body.close()  # sent, and there is an answer: no retry will need it again
         balancer.report(peer, failed=False)
         statuses.append(str(response.status))
         ctx.upstream_addr = ", ".join(addrs)
@@ -340,6 +342,7 @@ async def _relay(
             if length is not None and ctx.method == "HEAD":
                 response.content_length = length
             spool.finish()
+            spool.close()
             await response.prepare(request)
             await response.write_eof()
             ctx.body_bytes_sent = 0
@@ -353,6 +356,7 @@ async def _relay(
                 spool.abort()
                 return responses.error(504 if exc.timeout else 502, request.headers.get("Accept", ""))
             spool.finish()
+            spool.close()
             ctx.body_bytes_sent = len(data)
             # A StreamResponse, not a web.Response: that would invent a Content-Type.
             buffered = _response(status, upstream.reason, headers)
@@ -379,6 +383,7 @@ async def _relay(
             return response
         ctx.body_bytes_sent = sent
         spool.finish()
+        spool.close()  # before the last bytes go: nothing is left on disk once the client has it all
         await response.write_eof()
         return response
     except BaseException:
