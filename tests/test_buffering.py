@@ -343,6 +343,7 @@ async def test_aborted_uploads_leave_no_unretrieved_future_in_the_error_log(gate
         ("proxy_buffering: off", b"", False),
         ("proxy_buffering: on", b"X-Accel-Buffering: no\r\n", False),
         ("proxy_buffering: off", b"X-Accel-Buffering: yes\r\n", True),
+        ("proxy_max_temp_file_size: 1m", b"", False),  # past the file bound: backpressure, as nginx
     ],
 )
 async def test_a_slow_reader_holds_the_upstream_only_without_buffering(
@@ -378,6 +379,30 @@ async def test_a_slow_reader_holds_the_upstream_only_without_buffering(
     assert b"x-accel-buffering" not in head.lower()
     assert len(body) == size and body == pattern(size)
     assert temp_fds(gw, temp_dir) == []
+
+
+async def test_a_client_gone_mid_download_leaves_no_temp_file(gateway_factory, tmp_path):
+    temp_dir = tmp_path / "responses"
+    temp_dir.mkdir()
+    with RawUpstream(big_response(10 * MiB)) as up:
+        gw = gateway_factory(lambda p: config(p, [up.address], top=f"temp_path: {temp_dir}\n", keepalive=0))
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", gw.port))
+        await loop.sock_sendall(sock, b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.wait_for(loop.sock_recv(sock, 1024), 5)
+        deadline = time.monotonic() + 5
+        while not temp_fds(gw, temp_dir) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert temp_fds(gw, temp_dir)
+        sock.close()
+        assert await temp_files_gone(gw, temp_dir)
+        async with aiohttp.ClientSession() as session, session.get(gw.url + "/again") as resp:
+            assert resp.status == 200 and len(await resp.read()) == 10 * MiB  # and the gateway goes on
+    assert await temp_files_gone(gw, temp_dir)
+    assert "Traceback" not in gw.stderr()
 
 
 async def test_sse_still_flows_event_by_event_with_buffering_on(gateway_factory):
