@@ -1,8 +1,10 @@
 """A lean HTTP/1.1 client for talking to upstreams (plain requests; WebSocket stays on aiohttp).
 
-It does one thing, for the proxy: send a request head and a streamed body on a
-pooled keep-alive connection, and hand back the response head and a stream of
-body chunks. Response framing (Content-Length, chunked, close-delimited, 1xx,
+It does one thing, for the proxy: send a request head and a body on a pooled
+keep-alive connection, hand back the response head, and feed the response body
+into the exchange's ``ResponseSpool``. When the response is complete the
+connection lets go of the spool and goes back to its pool (or is closed) at
+once, however slowly the spool is drained to the client. Response framing (Content-Length, chunked, close-delimited, 1xx,
 204/304) is parsed by httptools (llhttp). Compared with aiohttp's client there
 is no per-request session machinery, cookie, redirect or tracing logic.
 
