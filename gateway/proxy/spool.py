@@ -27,7 +27,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-READ_BLOCK = 256 * 1024  # bytes read back from a temp file at a time
+READ_BLOCK = 256 * 1024  # bytes of a request body read back from its temp file at a time
+MIN_READ_BLOCK = 16 * 1024  # a response is read back from its temp file proxy_buffers at a time, at least this
 UNBUFFERED_MEMORY = 256 * 1024  # proxy_buffering off: read ahead at most this much, in memory
 
 
@@ -152,6 +153,7 @@ class ResponseSpool:
         self._on_spill_error = on_spill_error
         self.memory_limit = 0
         self.file_limit = 0
+        self._read_block = MIN_READ_BLOCK
         self.set_buffering(policy.response_buffering)
         self.producer: Producer | None = None
         self.complete = False
@@ -174,6 +176,7 @@ class ResponseSpool:
         else:
             self.memory_limit = UNBUFFERED_MEMORY
             self.file_limit = 0
+        self._read_block = max(self.memory_limit, MIN_READ_BLOCK)
 
     def expect_whole(self, length: int) -> None:
         """The writer will read the whole (small) body before sending it: keep it in memory."""
@@ -246,7 +249,8 @@ class ResponseSpool:
         else:
             assert self._file is not None
             offset, length = segment
-            data = self._file.read(offset, min(length, READ_BLOCK))
+            # at most proxy_buffers at a time: what a slow client costs in memory stays bounded
+            data = self._file.read(offset, min(length, self._read_block))
             if not data:
                 raise OSError("response temp file is shorter than what was written to it")
             if len(data) == length:
