@@ -5,8 +5,9 @@ keep-alive connection, hand back the response head, and feed the response body
 into the exchange's ``ResponseSpool``. When the response is complete the
 connection lets go of the spool and goes back to its pool (or is closed) at
 once, however slowly the spool is drained to the client. Response framing
-(Content-Length, chunked, close-delimited, 1xx, 204/304) is parsed by httptools (llhttp). Compared with aiohttp's client there
-is no per-request session machinery, cookie, redirect or tracing logic.
+(Content-Length, chunked, close-delimited, 1xx, 204/304) is parsed by httptools
+(llhttp). Compared with aiohttp's client there is no per-request session
+machinery, cookie, redirect or tracing logic.
 
 Timeouts, like nginx: ``connect`` bounds the TCP/TLS handshake; ``read`` bounds
 the wait for the response head and the gap between two reads of the body;
