@@ -91,13 +91,13 @@ class RequestBody:
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         self.started = True
-        if self.request.headers.get("Expect", "").lower() == "100-continue":
-            version = self.request.version
-            await self.request.writer.write(f"HTTP/{version.major}.{version.minor} 100 Continue\r\n\r\n".encode())
         limit = self.limit
         content = self.request.content
         ends = time.monotonic() + self.deadline if self.deadline > 0 else None
         try:
+            if self.request.headers.get("Expect", "").lower() == "100-continue":
+                version = self.request.version
+                await self.request.writer.write(f"HTTP/{version.major}.{version.minor} 100 Continue\r\n\r\n".encode())
             while True:
                 wait = self.timeout
                 if ends is not None:
