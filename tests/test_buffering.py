@@ -507,3 +507,52 @@ async def test_gateway_refuses_to_start_with_an_unusable_temp_path(gateway_facto
     gw = gateway_factory(lambda p: config(p, ["127.0.0.1:9"], top=f"temp_path: {tmp_path / 'missing'}\n"), start=False)
     with pytest.raises(RuntimeError, match="is not an existing directory"):
         gw.start()
+
+
+# -- the spool on its own ----------------------------------------------------------------------
+
+
+class RecordingProducer:
+    def __init__(self) -> None:
+        self.paused = False
+        self.pauses = 0
+
+    def pause_body(self) -> None:
+        self.paused = True
+        self.pauses += 1
+
+    def resume_body(self) -> None:
+        self.paused = False
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def test_response_spool_keeps_byte_order_across_memory_file_and_backpressure(tmp_path):
+    from gateway.proxy.spool import BufferPolicy, ResponseSpool
+
+    policy = BufferPolicy(proxy_buffers=1000, max_temp_file_size=5000, temp_path=str(tmp_path))
+    spool = ResponseSpool(policy, lambda: TimeoutError("read"), lambda exc: None)
+    producer = RecordingProducer()
+    spool.attach(producer)
+    source = pattern(60_000)
+    sizes = [1, 700, 333, 2000, 64, 1500, 999, 4000, 10, 3000]
+    fed, out = 0, bytearray()
+    chunks = spool.chunks(1.0)
+    while fed < len(source):
+        while not producer.paused and fed < len(source):  # the upstream sends while it may
+            size = sizes[fed % len(sizes)]
+            spool.feed(source[fed : fed + size])
+            fed += min(size, len(source) - fed)
+            assert spool._in_memory <= 1000 + 4000  # the bound, plus at most one read
+        for _ in range(3):  # the client takes a little
+            if spool.buffered:
+                out += await chunks.__anext__()
+    spool.end()
+    out += b"".join([chunk async for chunk in chunks])
+    assert bytes(out) == source
+    assert spool.spilled > 0 and producer.pauses > 0  # both the file and backpressure were used
+    spool.close()
