@@ -136,7 +136,9 @@ class Pipeline:
         if is_websocket_upgrade(request.headers):
             ws_extra = self.limiter.headers(admission) if admission is not None else ()
             try:
-                return await forward_websocket(request, ctx, pool, ws_extra, trusted_peer=trusted_peer)
+                return await forward_websocket(
+                    request, ctx, pool, ws_extra, trusted_peer=trusted_peer, buffers=route.buffers
+                )
             except asyncio.CancelledError:
                 if ctx.status == 101 and not ctx.logged:
                     # The client closed its tunnel (or shutdown ended it): the 101 went out, and
@@ -154,4 +156,5 @@ class Pipeline:
             extra,
             trusted_peer=trusted_peer,
             body_timeout=route.client_body_timeout_s,
+            buffers=route.buffers,
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gateway.config.schema import ConfigSpec, RouteSettings, ZoneSpec
 from gateway.keys import KeyFn, compile_key
+from gateway.proxy.spool import BufferPolicy
 from gateway.realip import NetworkSet, RealIp
 from gateway.routing import Location, LocationTable
 
@@ -61,6 +62,7 @@ class RoutePlan:
     upstream: str
     client_max_body_size: int
     client_body_timeout_s: float  # nginx's client_body_timeout: between two reads of the body
+    buffers: BufferPolicy  # proxy_request_buffering, proxy_buffering and their sizes, temp_path
     limit_req: tuple[ReqLimit, ...]
     limit_count: tuple[CountLimit, ...]
     limit_conn: tuple[ConnLimit, ...]
@@ -119,6 +121,7 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
                 upstream=str(_pick(s, d, "upstream", "")),
                 client_max_body_size=int(_pick(s, d, "client_max_body_size", DEFAULT_BODY_LIMIT)),  # type: ignore[call-overload]
                 client_body_timeout_s=int(_pick(s, d, "client_body_timeout_ms", 60_000)) / 1000,  # type: ignore[call-overload]
+                buffers=_buffers(s, d, spec.temp_path),
                 limit_req=tuple(_req(zones[r.zone], key_fns[r.zone], r.burst, r.delay, r.nodelay) for r in req_specs),
                 limit_count=tuple(
                     CountLimit(
@@ -144,6 +147,19 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
         realip=RealIp(spec.real_ip.trusted, spec.real_ip.header, spec.real_ip.recursive),
         allow=NetworkSet(spec.access.allow),
         deny=NetworkSet(spec.access.deny),
+    )
+
+
+def _buffers(s: RouteSettings, d: RouteSettings, temp_path: str | None) -> BufferPolicy:
+    defaults = BufferPolicy()
+    return BufferPolicy(
+        request_buffering=bool(_pick(s, d, "proxy_request_buffering", defaults.request_buffering)),
+        client_body_buffer_size=int(_pick(s, d, "client_body_buffer_size", defaults.client_body_buffer_size)),  # type: ignore[call-overload]
+        client_body_deadline_s=int(_pick(s, d, "client_body_deadline_ms", 300_000)) / 1000,  # type: ignore[call-overload]
+        response_buffering=bool(_pick(s, d, "proxy_buffering", defaults.response_buffering)),
+        proxy_buffers=int(_pick(s, d, "proxy_buffers", defaults.proxy_buffers)),  # type: ignore[call-overload]
+        max_temp_file_size=int(_pick(s, d, "proxy_max_temp_file_size", defaults.max_temp_file_size)),  # type: ignore[call-overload]
+        temp_path=temp_path,
     )
 
 

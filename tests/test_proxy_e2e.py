@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import re
 import signal
 import socket
 import time
 import zlib
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -41,8 +43,18 @@ def seen_headers(upstream: Upstream, index: int = -1) -> dict[str, str]:
 
 
 @pytest.mark.slow
-async def test_streams_one_gib_upload_without_buffering(gateway_factory, upstream):
-    gw = gateway_factory(lambda p: basic_config(p, [upstream.address]) + "    client_max_body_size: 0\n")
+@pytest.mark.parametrize("request_buffering", ["on", "off"])
+async def test_one_gib_upload_in_bounded_memory(gateway_factory, upstream, tmp_path, request_buffering):
+    # on: spooled to an anonymous temp file first, then sent; off: streamed through
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    gw = gateway_factory(
+        lambda p: (
+            f"temp_path: {spool_dir}\n"
+            + basic_config(p, [upstream.address])
+            + f"    client_max_body_size: 0\n    proxy_request_buffering: {request_buffering}\n"
+        )
+    )
     block = pattern(1 << 20)
     expected = 1
     for _ in range(1024):
@@ -60,11 +72,14 @@ async def test_streams_one_gib_upload_without_buffering(gateway_factory, upstrea
     assert result["body_bytes"] == GiB
     assert result["adler32"] == expected
     assert gw.rss_peak_kb() < 200 * 1024, f"gateway peak RSS {gw.rss_peak_kb()} kB for a 1 GiB upload"
+    assert gw.proc is not None
+    fds = [os.readlink(fd) for fd in Path(f"/proc/{gw.proc.pid}/fd").iterdir()]
+    assert not [fd for fd in fds if fd.startswith(str(spool_dir))], "a temp file outlived its request"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("chunked", [False, True])
-async def test_streams_one_gib_download_without_buffering(gateway_factory, upstream, chunked):
+async def test_one_gib_download_in_bounded_memory(gateway_factory, upstream, chunked):
     gw = gateway_factory(lambda p: basic_config(p, [upstream.address]))
     received = 0
     checksum = 1

@@ -158,6 +158,12 @@ class RouteSettings:
     limit_conn_log_level: LogLevel | None = None
     dry_run: bool | None = None
     ratelimit_headers: bool | None = None
+    proxy_request_buffering: bool | None = None
+    client_body_buffer_size: int | None = None
+    client_body_deadline_ms: int | None = None
+    proxy_buffering: bool | None = None
+    proxy_buffers: int | None = None
+    proxy_max_temp_file_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,6 +227,7 @@ class ConfigSpec:
     access: AccessSpec
     bans: BansSpec
     store: StoreSpec
+    temp_path: str | None = None  # request and response bodies that outgrow memory; None = the system's
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -248,6 +255,7 @@ TOP_KEYS = (
     "access",
     "bans",
     "store",
+    "temp_path",
 )
 ROUTE_SETTING_KEYS = (
     "upstream",
@@ -263,6 +271,12 @@ ROUTE_SETTING_KEYS = (
     "limit_conn_log_level",
     "dry_run",
     "ratelimit_headers",
+    "proxy_request_buffering",
+    "client_body_buffer_size",
+    "client_body_deadline",
+    "proxy_buffering",
+    "proxy_buffers",
+    "proxy_max_temp_file_size",
 )
 
 
@@ -300,6 +314,7 @@ def parse_config(doc: Document) -> ConfigSpec:
         access=_access(r, data.get("access"), ("access",)) if "access" in data else AccessSpec(),
         bans=_bans(r, data.get("bans"), ("bans",)) if "bans" in data else BansSpec(),
         store=_store(r, data.get("store"), ("store",)) if "store" in data else StoreSpec(),
+        temp_path=r.field(data, "temp_path", (), _temp_path, None),
         warnings=tuple(str(w) for w in r.warnings),
     )
     if r.errors:
@@ -685,7 +700,47 @@ def _settings(
         limit_conn_log_level=r.field(data, "limit_conn_log_level", path, one_of(*LOG_LEVELS), None),  # type: ignore[arg-type]
         dry_run=r.field(data, "dry_run", path, as_bool, None),
         ratelimit_headers=r.field(data, "ratelimit_headers", path, as_bool, None),
+        proxy_request_buffering=r.field(data, "proxy_request_buffering", path, _on_off, None),
+        client_body_buffer_size=r.field(data, "client_body_buffer_size", path, size, None),
+        client_body_deadline_ms=r.field(data, "client_body_deadline", path, duration_ms, None),
+        proxy_buffering=r.field(data, "proxy_buffering", path, _on_off, None),
+        proxy_buffers=r.field(data, "proxy_buffers", path, _proxy_buffers, None),
+        proxy_max_temp_file_size=r.field(data, "proxy_max_temp_file_size", path, size, None),
     )
+
+
+def _on_off(value: Any) -> bool:
+    """nginx's on|off (YAML reads bare on/off as booleans already)."""
+    if value in ("on", "off"):
+        return bool(value == "on")
+    if not isinstance(value, bool):
+        raise ValueError(f"expected on or off, got {value!r}")
+    return value
+
+
+def _proxy_buffers(value: Any) -> int:
+    """Bytes of memory for one response: a size (``64k``) or nginx's ``number size`` (``8 8k``)."""
+    if isinstance(value, str) and len(value.split()) == 2:
+        count, each = value.split()
+        if not count.isdigit():
+            raise ValueError(f"invalid proxy_buffers {value!r}: use a size (64k) or a number and a size (8 8k)")
+        total = int(count) * size(each)
+    else:
+        total = size(value)
+    if total <= 0:
+        raise ValueError("proxy_buffers must be more than 0 bytes")
+    return total
+
+
+def _temp_path(value: Any) -> str:
+    path = as_str(value)
+    try:
+        usable = os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)
+    except ValueError:  # a NUL byte
+        usable = False
+    if not usable:
+        raise ValueError(f"temp_path {path!r} is not an existing directory this process can write to")
+    return path
 
 
 def _zone_ref(

@@ -1,22 +1,32 @@
 """Forwarding one HTTP request to an upstream, like nginx's ``proxy_pass``.
 
-* Bodies stream both ways; neither is held in memory (small responses with a
-  known length are read whole, which is faster and bounded).
+* Request bodies (``proxy_request_buffering on``, the default) are read whole
+  before an upstream connection is taken: a client that trickles its body holds
+  no upstream connection. The body goes to memory, then to a temp file
+  (``spool``), and is sent with a ``Content-Length``. With ``off`` it streams.
+* Response bodies (``proxy_buffering on``, the default) are read ahead into
+  memory, then a temp file, so the upstream connection is free as soon as the
+  upstream has sent everything, whatever the client's speed; the client still
+  gets every byte as soon as it can take it. With ``off`` (or the upstream's
+  ``X-Accel-Buffering: no``) a slow client holds the upstream back. Small
+  responses with a known length are read whole and written at once.
 * ``proxy_next_upstream error timeout``: a connect failure or connect timeout moves
   on to the next server for any method (nothing was sent). An error or timeout
   after the request went out is retried only for idempotent requests whose body
-  was not read yet. Failures feed the balancer's ``max_fails``. A pooled
-  connection the upstream had already closed is replaced once, without counting
-  as a failure (the upstream's keep-alive ended, the server is fine).
+  can be sent again (none, or a buffered one). Failures feed the balancer's
+  ``max_fails``. A pooled connection the upstream had already closed is
+  replaced once, without counting as a failure (the upstream's keep-alive ended,
+  the server is fine).
 * Outcomes: refused/down -> 502 at once; timeout -> 504; body over
-  ``client_max_body_size`` -> 413.
+  ``client_max_body_size`` -> 413; body too slow (``client_body_timeout``,
+  ``client_body_deadline``) -> 408; no room for a buffered body -> 500.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -25,10 +35,12 @@ from gateway import errorlog, responses
 from gateway.context import RequestContext
 from gateway.proxy.balancer import Peer
 from gateway.proxy.headers import request_head, response_headers
-from gateway.proxy.http1 import Connection, ResponseHead, StaleConnection, UpstreamFailure
+from gateway.proxy.http1 import ReadTimedOut, ResponseHead, StaleConnection, UpstreamFailure
+from gateway.proxy.spool import BufferPolicy, RequestSpool, ResponseSpool
 from gateway.proxy.upstream import UpstreamPool
 
-BUFFER_LIMIT = 256 * 1024
+BUFFER_LIMIT = 256 * 1024  # a response with a Content-Length up to this is read whole, then written at once
+DEFAULT_BUFFERS = BufferPolicy()
 NON_IDEMPOTENT = frozenset({"POST", "LOCK", "PATCH"})
 _NO_BODY_STATUS = frozenset({204, 304})
 
@@ -64,28 +76,40 @@ class ClientBodyTimeout(ClientBodyError):
 
 
 class RequestBody:
-    """The client's body as an async iterator that counts bytes and knows if it was touched."""
+    """The client's body as an async iterator that counts bytes and knows if it was touched.
 
-    def __init__(self, request: web.BaseRequest, limit: int, timeout: float) -> None:
+    ``timeout`` bounds the wait between two reads (nginx's ``client_body_timeout``),
+    ``deadline`` the whole body from its first read (0: none)."""
+
+    def __init__(self, request: web.BaseRequest, limit: int, timeout: float, deadline: float = 0.0) -> None:
         self.request = request
         self.limit = limit
         self.timeout = timeout
+        self.deadline = deadline
         self.started = False
         self.received = 0
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         self.started = True
-        if self.request.headers.get("Expect", "").lower() == "100-continue":
-            version = self.request.version
-            await self.request.writer.write(f"HTTP/{version.major}.{version.minor} 100 Continue\r\n\r\n".encode())
         limit = self.limit
         content = self.request.content
+        ends = time.monotonic() + self.deadline if self.deadline > 0 else None
         try:
+            if self.request.headers.get("Expect", "").lower() == "100-continue":
+                version = self.request.version
+                await self.request.writer.write(f"HTTP/{version.major}.{version.minor} 100 Continue\r\n\r\n".encode())
             while True:
+                wait = self.timeout
+                if ends is not None:
+                    wait = min(wait, ends - time.monotonic())
                 try:
-                    async with asyncio.timeout(self.timeout):
+                    async with asyncio.timeout(max(wait, 0.0)):
                         chunk = await content.readany()
                 except TimeoutError:
+                    if wait < self.timeout:
+                        raise ClientBodyTimeout(
+                            f"client did not send the whole body within {self.deadline:g}s"
+                        ) from None
                     raise ClientBodyTimeout(f"client timed out ({self.timeout:g}s) while sending the body") from None
                 if not chunk:
                     return
@@ -106,6 +130,38 @@ class RequestBody:
         return self._chunks()
 
 
+class SpoolFailed(Exception):
+    """The buffered request body could not be kept (no room in ``temp_path``)."""
+
+
+async def _read_whole(body: RequestBody, spool: RequestSpool) -> None:
+    try:
+        async for chunk in body:
+            spool.write(chunk)
+    except OSError as exc:  # from the spool: the client's own errors arrive as ClientBodyError
+        raise SpoolFailed(f"could not buffer the request body to a temp file ({exc})") from exc
+
+
+def _body_failed(
+    request: web.BaseRequest, ctx: RequestContext, accept: str, exc: Exception, max_body: int
+) -> web.StreamResponse:
+    """The response to a request whose body could not be read (or kept)."""
+    if isinstance(exc, BodyTooLarge):
+        errorlog.request_event("error", ctx, f"client intended to send too large body: more than {max_body} bytes")
+        request.protocol.close()  # the rest of the body is not read: no keep-alive after the 413
+        return responses.error(413, accept, "request body too large")
+    if isinstance(exc, ClientBodyTimeout):
+        errorlog.request_event("info", ctx, str(exc))
+        request.protocol.close()
+        return responses.error(408, accept, "request body timed out")
+    if isinstance(exc, SpoolFailed):
+        errorlog.request_event("error", ctx, str(exc))
+        request.protocol.close()
+        return responses.error(500, accept)
+    errorlog.request_event("info", ctx, f"client prematurely closed connection while sending body ({exc})")
+    return responses.error(400, accept, "client closed the request body early")
+
+
 async def forward_http(
     request: web.BaseRequest,
     ctx: RequestContext,
@@ -116,26 +172,62 @@ async def forward_http(
     *,
     trusted_peer: bool,
     body_timeout: float = 60.0,
+    buffers: BufferPolicy = DEFAULT_BUFFERS,
 ) -> web.StreamResponse:
     accept = headers.get("Accept", "")
     length = request.content_length
     if max_body and length is not None and length > max_body:
         errorlog.request_event("error", ctx, f"client intended to send too large body: {length} bytes")
         return responses.error(413, accept, "request body too large")
-    body = RequestBody(request, max_body, body_timeout) if request.body_exists else None
-    chunked = body is not None and length is None
-    head = request_head(
-        ctx.method,
-        ctx.raw_target,
-        headers,
-        peer_ip=ctx.peer.text,
-        client_ip=ctx.client.text,
-        trusted_peer=trusted_peer,
-        scheme=ctx.scheme,
-        host_override=pool.spec.host,
-        content_length=length,
-        chunked=chunked,
+    stream = (
+        RequestBody(request, max_body, body_timeout, buffers.client_body_deadline_s) if request.body_exists else None
     )
+    if stream is None or not buffers.request_buffering:
+        return await _forward(request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, stream)
+    spool = RequestSpool(buffers.client_body_buffer_size, buffers.temp_path)
+    try:
+        try:
+            await _read_whole(stream, spool)
+        except (BodyTooLarge, ClientBodyError, SpoolFailed) as exc:
+            return _body_failed(request, ctx, accept, exc, max_body)
+        return await _forward(request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, spool)
+    finally:
+        spool.close()  # the temp file, if any, goes with it
+
+
+async def _forward(
+    request: web.BaseRequest,
+    ctx: RequestContext,
+    pool: UpstreamPool,
+    headers: CIMultiDictProxy[str],
+    max_body: int,
+    extra_headers: Sequence[tuple[str, str]],
+    trusted_peer: bool,
+    buffers: BufferPolicy,
+    body: RequestBody | RequestSpool | None,
+) -> web.StreamResponse:
+    """Try the upstream's servers in turn with a body that is streamed, buffered or absent."""
+    accept = headers.get("Accept", "")
+    buffered = isinstance(body, RequestSpool)
+    chunked = body is not None and not buffered and request.content_length is None
+    host = pool.spec.host or ctx.upstream_host  # an absolute-form target's authority
+    per_peer = host is None and "Host" not in headers  # HTTP/1.0 without Host: each server's own
+
+    def head_for(host_override: str | None) -> bytes:
+        return request_head(
+            ctx.method,
+            ctx.raw_target,
+            headers,
+            peer_ip=ctx.peer.text,
+            client_ip=ctx.client.text,
+            trusted_peer=trusted_peer,
+            scheme=ctx.scheme,
+            host_override=host_override,
+            content_length=body.size if isinstance(body, RequestSpool) else request.content_length,
+            chunked=chunked,
+        )
+
+    head = b"" if per_peer else head_for(host)
     method = ctx.method
     tried: set[int] = set()
     addrs: list[str] = []
@@ -149,22 +241,13 @@ async def forward_http(
             break
         tried.add(peer.index)
         addrs.append(peer.address)
+        if per_peer:
+            head = head_for(own_host(pool, peer))
         try:
-            conn, response = await _exchange(pool, peer, head, body, chunked)
-        except BodyTooLarge:
+            spool, response = await _exchange(pool, peer, head, body, chunked, _response_spool(ctx, buffers))
+        except (BodyTooLarge, ClientBodyError) as exc:
             ctx.upstream_addr = ", ".join(addrs)
-            errorlog.request_event("error", ctx, f"client intended to send too large body: more than {max_body} bytes")
-            request.protocol.close()  # the rest of the body is not read: no keep-alive after the 413
-            return responses.error(413, accept, "request body too large")
-        except ClientBodyTimeout as exc:
-            ctx.upstream_addr = ", ".join(addrs)
-            errorlog.request_event("info", ctx, str(exc))
-            request.protocol.close()
-            return responses.error(408, accept, "request body timed out")
-        except ClientBodyError as exc:
-            ctx.upstream_addr = ", ".join(addrs)
-            errorlog.request_event("info", ctx, f"client prematurely closed connection while sending body ({exc})")
-            return responses.error(400, accept, "client closed the request body early")
+            return _body_failed(request, ctx, accept, exc, max_body)
         except UpstreamFailure as exc:
             timed_out = exc.timeout
             statuses.append("504" if timed_out else "502")
@@ -174,16 +257,19 @@ async def forward_http(
                 errorlog.log.warning(
                     'upstream server temporarily disabled: %s in upstream "%s"', peer.address, pool.name
                 )
-            if exc.phase != "connect" and (method in NON_IDEMPOTENT or (body is not None and body.started)):
-                break  # the request may have reached the upstream: replaying it is not safe
+            if exc.phase != "connect" and (method in NON_IDEMPOTENT or _consumed(body)):
+                break  # the request may have reached the upstream: replaying it is not safe (or possible)
             continue
+        if isinstance(body, RequestSpool):
+            body.close()  # sent, and there is an answer: no retry will need it again
         balancer.report(peer, failed=False)
         statuses.append(str(response.status))
         ctx.upstream_addr = ", ".join(addrs)
         ctx.upstream_status = ", ".join(statuses)
         try:
-            return await _relay(request, ctx, conn, response, pool, extra_headers)
+            return await _relay(request, ctx, spool, response, pool, extra_headers)
         finally:
+            spool.close()
             ctx.upstream_time = f"{time.monotonic() - started:.3f}"
     ctx.upstream_addr = ", ".join(addrs)
     ctx.upstream_status = ", ".join(statuses)
@@ -193,23 +279,57 @@ async def forward_http(
     return responses.error(504 if timed_out else 502, accept)
 
 
+def own_host(pool: UpstreamPool, peer: Peer) -> str:
+    """A server's own ``Host``: its address, without the scheme's default port (nginx's $proxy_host)."""
+    spec = peer.spec
+    default = 443 if pool.spec.scheme == "https" else 80
+    host = f"[{spec.host}]" if ":" in spec.host else spec.host
+    return host if spec.port == default else f"{host}:{spec.port}"
+
+
+def _consumed(body: RequestBody | RequestSpool | None) -> bool:
+    """A streamed body that was (partly) read cannot be sent again; a buffered one can."""
+    return isinstance(body, RequestBody) and body.started
+
+
+def _response_spool(ctx: RequestContext, buffers: BufferPolicy) -> Callable[[], ResponseSpool]:
+    def spill_failed(exc: OSError) -> None:
+        errorlog.request_event(
+            "error", ctx, f"could not write the response to a temp file ({exc}); going on at the client's pace"
+        )
+
+    def timed_out() -> Exception:
+        return ReadTimedOut("upstream timed out while reading the response body")
+
+    return lambda: ResponseSpool(buffers, timed_out, spill_failed)
+
+
 async def _exchange(
-    pool: UpstreamPool, peer: Peer, head: bytes, body: RequestBody | None, chunked: bool
-) -> tuple[Connection, ResponseHead]:
-    """Send the request on a pooled (or new) connection and read the response head."""
+    pool: UpstreamPool,
+    peer: Peer,
+    head: bytes,
+    body: RequestBody | RequestSpool | None,
+    chunked: bool,
+    new_spool: Callable[[], ResponseSpool],
+) -> tuple[ResponseSpool, ResponseHead]:
+    """Send the request on a pooled (or new) connection and read the response head;
+    the response body goes to the returned spool."""
     peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
     for attempt in range(2):
         conn = await peer_pool.acquire(pool.connect_timeout, fresh=attempt > 0)
+        spool = new_spool()
         try:
-            await conn.send(head, body, chunked, pool.send_timeout)
-            return conn, await conn.read_head(pool.read_timeout)
+            await conn.send(head, body, chunked, pool.send_timeout, spool)
+            return spool, await conn.read_head(pool.read_timeout)
         except StaleConnection:
-            conn.close()
-            if body is not None and body.started:
+            spool.abort()
+            spool.close()
+            if _consumed(body):
                 raise
             continue  # the upstream had closed this idle connection: one more try, on a fresh one
         except BaseException:
-            conn.close()
+            spool.abort()
+            spool.close()
             raise
     raise StaleConnection("upstream closed two connections in a row before answering")
 
@@ -217,7 +337,7 @@ async def _exchange(
 async def _relay(
     request: web.BaseRequest,
     ctx: RequestContext,
-    conn: Connection,
+    spool: ResponseSpool,
     upstream: ResponseHead,
     pool: UpstreamPool,
     extra_headers: Sequence[tuple[str, str]],
@@ -225,6 +345,9 @@ async def _relay(
     """Send the upstream's response; it is complete (or cut off) when this returns."""
     status = upstream.status
     headers, length = response_headers(upstream.headers)
+    accel = headers.popall("X-Accel-Buffering", None)  # for us, not for the client (as nginx)
+    if accel:
+        spool.set_buffering(accel[-1].strip().lower() != "no")
     for name, value in extra_headers:
         headers[name] = value
     read_timeout = pool.read_timeout
@@ -234,19 +357,22 @@ async def _relay(
             response = _response(status, upstream.reason, headers)
             if length is not None and ctx.method == "HEAD":
                 response.content_length = length
+            spool.finish()
+            spool.close()
             await response.prepare(request)
             await response.write_eof()
             ctx.body_bytes_sent = 0
-            conn.finish()
             return response
         if length is not None and length <= BUFFER_LIMIT:
+            spool.expect_whole(length)
             try:
-                data = b"".join([chunk async for chunk in conn.body(read_timeout)])
+                data = b"".join([chunk async for chunk in spool.chunks(read_timeout)])
             except UpstreamFailure as exc:
                 errorlog.request_event("error", ctx, f"{exc} while reading the response body from upstream")
-                conn.close()
+                spool.abort()
                 return responses.error(504 if exc.timeout else 502, request.headers.get("Accept", ""))
-            conn.finish()
+            spool.finish()
+            spool.close()
             ctx.body_bytes_sent = len(data)
             # A StreamResponse, not a web.Response: that would invent a Content-Type.
             buffered = _response(status, upstream.reason, headers)
@@ -260,21 +386,22 @@ async def _relay(
         await response.prepare(request)
         sent = 0
         try:
-            async for chunk in conn.body(read_timeout):
+            async for chunk in spool.chunks(read_timeout):
                 await response.write(chunk)
                 sent += len(chunk)
         except UpstreamFailure as exc:
             # Headers are gone already: the only honest signal left is to cut the connection.
             ctx.body_bytes_sent = sent
             errorlog.request_event("error", ctx, f"{exc} while sending the response to the client")
-            conn.close()
+            spool.abort()
             if request.transport is not None:
                 request.transport.close()
             return response
         ctx.body_bytes_sent = sent
-        conn.finish()
+        spool.finish()
+        spool.close()  # before the last bytes go: nothing is left on disk once the client has it all
         await response.write_eof()
         return response
     except BaseException:
-        conn.close()  # the client went away (or we were cancelled) mid-response
+        spool.abort()  # the client went away (or we were cancelled) mid-response
         raise

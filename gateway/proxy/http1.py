@@ -1,10 +1,13 @@
 """A lean HTTP/1.1 client for talking to upstreams (plain requests and WebSocket handshakes).
 
-It does one thing, for the proxy: send a request head and a streamed body on a
-pooled keep-alive connection, and hand back the response head and a stream of
-body chunks. Response framing (Content-Length, chunked, close-delimited, 1xx,
-204/304) is parsed by httptools (llhttp). Compared with aiohttp's client there
-is no per-request session machinery, cookie, redirect or tracing logic.
+It does one thing, for the proxy: send a request head and a body on a pooled
+keep-alive connection, hand back the response head, and feed the response body
+into the exchange's ``ResponseSpool``. When the response is complete the
+connection lets go of the spool and goes back to its pool (or is closed) at
+once, however slowly the spool is drained to the client. Response framing
+(Content-Length, chunked, close-delimited, 1xx, 204/304) is parsed by httptools
+(llhttp). Compared with aiohttp's client there is no per-request session
+machinery, cookie, redirect or tracing logic.
 
 One response per request: bytes after a complete response (a second response,
 or garbage) are never read as part of anything; they are logged and the
@@ -22,14 +25,14 @@ import asyncio
 import collections
 import ssl
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable
 from typing import Any
 
 import httptools
 
 from gateway import errorlog
+from gateway.proxy.spool import ResponseSpool
 
-BODY_HIGH_WATER = 256 * 1024
 MAX_HEADER_BYTES = 64 * 1024  # a larger response header is refused, like nginx's proxy_buffer_size
 _EOF = b""
 
@@ -115,10 +118,9 @@ class Connection(asyncio.Protocol):
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
         self._head: asyncio.Future[ResponseHead] | None = None
-        self._chunks: collections.deque[bytes] = collections.deque()
-        self._buffered = 0
+        self._body: ResponseSpool | None = None  # where the response body goes, until it is complete
+        self._request_sent = False
         self._reading_paused = False
-        self._waiter: asyncio.Future[None] | None = None
         self._complete = False
         self._received = False  # any byte of the current response
         self._error: UpstreamFailure | None = None
@@ -250,34 +252,60 @@ class Connection(asyncio.Protocol):
             raise _HeadOnly()
 
     def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
-        self._buffered += len(body)
-        if self._buffered > BODY_HIGH_WATER and not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
-        self._wake()
+        if self._body is not None:
+            self._body.feed(body)
 
     def on_message_complete(self) -> None:
         if self.parser.get_status_code() < 200:
             return
+        if self._head is None:  # a response nobody asked for (after the one we read): never reuse
+            self._close_transport()
+            self.pool.forget(self)
+            return
         self._complete = True
         # llhttp resets its state once feed_data() returns: ask now, not later
         self._keep_alive = self.parser.should_keep_alive()
-        self._wake()
+        # The whole response is in its spool: the connection is free now, however slowly
+        # the client reads. If the upstream answered before it had the whole request, the
+        # connection is closed instead (the sender sees that and stops).
+        if not self._request_sent:
+            self._body_cut = True
+            self._end_body(None)
+            self._close_transport()
+            return
+        self.finish()
+
+    # -- the response body's producer (for ResponseSpool) ------------------------------------------------
+    def pause_body(self) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_body(self) -> None:
+        if self._reading_paused and self.transport is not None:
+            self._reading_paused = False
+            self.transport.resume_reading()
 
     # -- internals ------------------------------------------------------------------------------------
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def _end_body(self, error: UpstreamFailure | None) -> None:
+        """The response body is complete (the spool is let go of), or failed (it stays
+        attached: the exchange's owner still finishes or abandons the connection)."""
+        body = self._body
+        if body is None:
+            return
+        if error is None:
+            self._body = None
+            body.end()
+        else:
+            body.fail(error)
 
     def _fail(self, error: UpstreamFailure) -> None:
         if self._error is None:
             self._error = error
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
-        self._wake()
-        self.close()
+        self._end_body(self._error)
+        self._close_transport()
 
     def _on_eof(self) -> None:
         if self._complete:
@@ -291,12 +319,27 @@ class Connection(asyncio.Protocol):
                 self._complete = True  # the end of a close-delimited body
             else:
                 self._error = Disconnected("upstream closed the connection in the middle of the body")
-        self._wake()
+        if self._body is not None:
+            self._end_body(None if self._complete else self._error or Disconnected("upstream closed the connection"))
 
-    def close(self) -> None:
+    def _close_transport(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    def close(self) -> None:
+        """Close the connection; whatever exchange it carried is abandoned."""
+        head = self._head
+        if head is not None:
+            # Nobody will wait for this exchange's answer any more: settle its future now, so
+            # that the end of the connection does not leave an exception nobody retrieves.
+            if not head.done():
+                head.cancel()
+            elif not head.cancelled():
+                head.exception()
+        self._end_body(Disconnected("upstream connection closed"))
+        self._body = None
+        self._close_transport()
 
     # -- switching protocols ----------------------------------------------------------------------------
     def expect_upgrade(self) -> None:
@@ -315,20 +358,30 @@ class Connection(asyncio.Protocol):
         return transport, tail
 
     # -- one exchange -----------------------------------------------------------------------------------
-    async def send(self, head: bytes, body: AsyncIterable[bytes] | None, chunked: bool, send_timeout: float) -> None:
-        """Send the request. An upstream that answers before it has read the whole body
-        (an early 413 or 403, say) gets its answer relayed; the connection is not reused."""
+    async def send(
+        self,
+        head: bytes,
+        body: AsyncIterable[bytes] | None,
+        chunked: bool,
+        send_timeout: float,
+        response_body: ResponseSpool,
+    ) -> None:
+        """Send the request; the response's body will go to ``response_body``. An upstream
+        that answers before it has read the whole body (an early 413 or 403, say) gets its
+        answer relayed; the connection is not reused."""
         self._head_only = head.startswith(b"HEAD ")
         self._head = self.loop.create_future()
         self._complete = False
         self._keep_alive = False
         self._received = False
         self._error = None
-        self._chunks.clear()
-        self._buffered = 0
+        self._body = response_body
+        response_body.attach(self)
+        self._request_sent = False
         self._body_cut = False
         self._write(head)
         if body is None:
+            self._request_sent = True
             return
         try:
             async for chunk in body:
@@ -345,6 +398,7 @@ class Connection(asyncio.Protocol):
                     await self._wait_drain(send_timeout)
             if chunked:
                 self._write(b"0\r\n\r\n")
+            self._request_sent = True
         except _Answered:
             self._body_cut = True
 
@@ -378,49 +432,22 @@ class Connection(asyncio.Protocol):
             self._drain = None
 
     async def read_head(self, read_timeout: float) -> ResponseHead:
-        assert self._head is not None
-        if self._head.done():
-            return self._head.result()
+        head = self._head  # (the connection may be back in its pool before this returns)
+        assert head is not None
+        if head.done():
+            return head.result()
         timer = self.loop.call_later(
-            read_timeout, _expire, self._head, ReadTimedOut("upstream timed out while reading response header")
+            read_timeout, _expire, head, ReadTimedOut("upstream timed out while reading response header")
         )
         try:
-            return await self._head
+            return await head
         finally:
             timer.cancel()
-
-    async def body(self, read_timeout: float) -> AsyncIterator[bytes]:
-        """The response body's chunks as they arrive (nothing for HEAD, 204, 304)."""
-        while True:
-            if self._chunks:
-                chunk = self._chunks.popleft()
-                self._buffered -= len(chunk)
-                if self._reading_paused and self._buffered < BODY_HIGH_WATER // 2 and self.transport is not None:
-                    self._reading_paused = False
-                    self.transport.resume_reading()
-                yield chunk
-                continue
-            if self._error is not None:
-                raise self._error
-            if self._complete:
-                return
-            if self.closed:
-                raise Disconnected("upstream closed the connection in the middle of the body")
-            self._waiter = self.loop.create_future()
-            timer = self.loop.call_later(
-                read_timeout, _expire, self._waiter, ReadTimedOut("upstream timed out while reading the response body")
-            )
-            try:
-                await self._waiter
-            finally:
-                timer.cancel()
-                self._waiter = None
 
     def finish(self) -> None:
         """After an exchange: back to the pool if it can carry another request, else closed."""
         reusable = (
             self._complete
-            and not self._chunks
             and not self.closed
             and not self._head_only
             and self._error is None
@@ -428,6 +455,9 @@ class Connection(asyncio.Protocol):
             and not self._body_cut
         )
         self._head = None
+        self._end_body(None if self._complete else self._error or Disconnected("exchange ended early"))
+        self._body = None
+        self.resume_body()  # an idle connection must see the upstream's close
         if reusable:
             self.used += 1
             self.pool.release(self)
