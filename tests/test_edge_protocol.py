@@ -211,3 +211,33 @@ def test_proxied_responses_keep_the_upstreams_server_header(gateway_factory, ups
     gw = gateway_factory(lambda port: basic_config(port, [upstream.address]))
     head = exchange(gw.port, b"GET /echo HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").split(b"\r\n\r\n")[0]
     assert b"\r\nServer: Python/" in head  # the test upstream is aiohttp: its header passes as it was
+
+
+def test_custom_methods_pipelined_in_one_packet_are_each_proxied(gw, raw_upstream):
+    wire = (
+        b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n"
+        b"BREW /b HTTP/1.1\r\nHost: h\r\n\r\n"
+        b"POST /c HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nBREW"  # a body that spells a method
+        b"PURGE-X /d HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+    )
+    response = exchange(gw.port, wire)
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", response) == [b"200"] * 4
+    assert [(h["method"], h["target"], h["body"]) for h in raw_upstream.heads] == [
+        ("GET", "/a", 0),
+        ("BREW", "/b", 0),
+        ("POST", "/c", 4),
+        ("PURGE-X", "/d", 0),
+    ]
+
+
+def test_a_custom_method_split_across_packets_behind_a_request(gw, raw_upstream):
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.settimeout(5)
+        sock.sendall(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\nMKWO")
+        time.sleep(0.2)
+        sock.sendall(b"RKSPACE /b HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", data) == [b"200", b"200"]
+    assert [h["method"] for h in raw_upstream.heads] == ["GET", "MKWORKSPACE"]

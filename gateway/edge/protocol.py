@@ -22,6 +22,7 @@ pyproject.toml pins aiohttp's minor version, and the tests exercise every overri
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import socket
 import struct
@@ -82,7 +83,7 @@ class EdgeServer(web.Server):
 
 
 class EdgeProtocol(RequestHandler):
-    __slots__ = ("_at_boundary", "_edge", "_held", "_ip_key", "_refused", "_rename", "_settings")
+    __slots__ = ("_at_boundary", "_edge", "_held", "_ip_key", "_refused", "_renames", "_settings")
 
     def __init__(self, manager: EdgeServer, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -92,7 +93,8 @@ class EdgeProtocol(RequestHandler):
         self._refused = False
         self._at_boundary = True  # the next byte starts a request
         self._held = b""  # the start of a request line, kept until its method is whole
-        self._rename: str | None = None  # the real method of the next parsed request
+        # The real methods of the next parsed requests, in order (None: not renamed).
+        self._renames: collections.deque[str | None] = collections.deque()
 
     # -- accept, close, reuse ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -169,19 +171,19 @@ class EdgeProtocol(RequestHandler):
         if self._payload_parser is not None or self._upgraded:
             super().data_received(data)  # a WebSocket, or the bytes after an upgrade request
             return
+        held = b""
         if self._held:
             data, self._held = self._held + data, b""
         if self._at_boundary and data:
             scan = requestline.scan(data)
-            if scan.wait:
-                self._held = scan.data
-                return
             if scan.http09:
                 self._queue_error(400, "HTTP/0.9 request")
                 return
-            data = scan.data
-            if scan.method is not None:
-                self._rename = scan.method
+            self._renames.extend(scan.methods)
+            data, held = scan.data, scan.held
+            if not data:
+                self._held = held
+                return
         assert self._parser is not None
         try:
             messages, upgraded, tail = self._parser.feed_data(data)
@@ -205,6 +207,9 @@ class EdgeProtocol(RequestHandler):
             )
         elif data.strip(b"\r\n"):
             self._at_boundary = False
+        if held:  # what was fed ended with whole requests without a body: the held bytes start one
+            self._held = held
+            self._at_boundary = True
         for item in messages:
             self._request_count += 1
             self._messages.append(item)
@@ -226,9 +231,9 @@ class EdgeProtocol(RequestHandler):
             if isinstance(message, _ErrInfo):
                 out.append((message, payload))
                 continue
-            if self._rename is not None:
-                message = message._replace(method=self._rename)
-                self._rename = None
+            rename = self._renames.popleft() if self._renames else None
+            if rename is not None:
+                message = message._replace(method=rename)
             size = len(message.path) + sum(len(name) + len(value) + 4 for name, value in message.raw_headers)
             if size > header_limit:
                 error = HttpProcessingError(code=431, message="request header too large")

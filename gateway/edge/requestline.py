@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp.http_parser import HttpRequestParser
 
@@ -63,32 +63,76 @@ PARSER_METHODS = _probe_methods()
 
 @dataclass(slots=True)
 class Scan:
-    """The outcome of looking at the start of a request."""
+    """The outcome of looking at the start of a packet that begins a request."""
 
-    data: bytes  # what to feed the parser (the method possibly renamed)
-    method: str | None = None  # the real method when it was renamed
-    wait: bool = False  # too little to decide: keep ``data`` and wait for more
+    data: bytes  # what to feed the parser now (methods possibly renamed)
+    held: bytes = b""  # a request whose method is not whole yet: kept until more arrives
+    methods: list[str | None] = field(default_factory=list)  # per request start, in order: the real name if renamed
     http09: bool = False  # an HTTP/0.9 request line
 
 
 def scan(data: bytes) -> Scan:
-    """Look at ``data``, which starts a request (after optional empty lines)."""
-    start = 0
+    """Look at ``data``, which starts a request (after optional empty lines).
+
+    Pipelined requests that follow a complete header without a body are looked at too,
+    so a custom method is proxied wherever it stands in a packet. The walk stops at a
+    header that may carry a body or an upgrade: only the parser can tell where that ends.
+    """
+    out = bytearray()
+    methods: list[str | None] = []
+    pos = 0
     size = len(data)
-    while start < size and data[start] in (13, 10):  # empty lines before a request are ignored
-        start += 1
-    if start == size:
-        return Scan(data)
-    space = data.find(b" ", start, start + MAX_METHOD + 1)
-    if space < 0:
-        token = data[start : start + MAX_METHOD + 1]
-        if len(token) <= MAX_METHOD and _NGINX_METHOD.fullmatch(token):
-            return Scan(data, wait=True)  # the method may go on in the next packet
-        return Scan(data)  # not a method: the parser will say so
-    line_end = data.find(b"\n", space)
-    if line_end >= 0 and b" HTTP/" not in data[space:line_end]:
-        return Scan(data, http09=True)
-    token = data[start:space]
-    if token in PARSER_METHODS or not _NGINX_METHOD.fullmatch(token):
-        return Scan(data)
-    return Scan(data[:start] + _PLACEHOLDER + data[space:], method=token.decode("ascii"))
+    while True:
+        start = pos
+        while start < size and data[start] in (13, 10):  # empty lines before a request are ignored
+            start += 1
+        if start == size:
+            out += data[pos:]
+            return Scan(bytes(out), methods=methods)
+        space = data.find(b" ", start, start + MAX_METHOD + 1)
+        if space < 0:
+            token = data[start : start + MAX_METHOD + 1]
+            if len(token) <= MAX_METHOD and _NGINX_METHOD.fullmatch(token):
+                out += data[pos:start]
+                return Scan(bytes(out), held=data[start:], methods=methods)  # the method goes on later
+            out += data[pos:]
+            return Scan(bytes(out), methods=methods)  # not a method: the parser will say so
+        if not methods:
+            line_end = data.find(b"\n", space)
+            if line_end >= 0 and b" HTTP/" not in data[space:line_end]:
+                return Scan(data, http09=True)
+        token = data[start:space]
+        if not _NGINX_METHOD.fullmatch(token):
+            out += data[pos:]
+            return Scan(bytes(out), methods=methods)  # the parser refuses it
+        if token in PARSER_METHODS:
+            out += data[pos:space]
+            methods.append(None)
+        else:
+            out += data[pos:start] + _PLACEHOLDER
+            methods.append(token.decode("ascii"))
+        end = data.find(b"\r\n\r\n", space)
+        body = -1 if end < 0 else _body_length(data, space, end + 2)
+        if body < 0:
+            out += data[space:]
+            return Scan(bytes(out), methods=methods)
+        out += data[space : end + 4 + body]
+        pos = end + 4 + body
+
+
+# Header lines the walk cannot see past (a chunked body, a protocol switch), and Content-Length.
+# Names are matched without regard to case, as llhttp matches them.
+_UNKNOWN_END = re.compile(rb"\n(?:transfer-encoding|upgrade)[ \t]*:", re.IGNORECASE)
+_CONTENT_LENGTH = re.compile(rb"\ncontent-length[ \t]*:([^\r\n]*)", re.IGNORECASE)
+
+
+def _body_length(data: bytes, start: int, end: int) -> int:
+    """The body length of the request whose header is ``data[start:end]``; -1 if not known here."""
+    if _UNKNOWN_END.search(data, start, end):
+        return -1
+    lengths = _CONTENT_LENGTH.findall(data, start, end)
+    if not lengths:
+        return 0
+    if len(lengths) > 1 or not lengths[0].strip(b" \t").isdigit():
+        return -1  # the parser refuses it, or decides: not ours to guess
+    return int(lengths[0].strip(b" \t"))
