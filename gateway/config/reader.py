@@ -147,8 +147,17 @@ def positive_duration_ms(value: Any) -> int:
     return ms
 
 
+MAX_ZONE_SIZE = 64 * 1024**3  # 64g of limit state is far beyond what one node's memory should hold
+
+
 def size(value: Any) -> int:
+    """A size of at most 1024g (``MAX_SIZE``): ``client_max_body_size``."""
     return parse_size(value)
+
+
+def zone_size(value: Any) -> int:
+    """A zone's ``size``: at most 64g."""
+    return parse_size(value, MAX_ZONE_SIZE)
 
 
 def one_of(*choices: str) -> Callable[[Any], str]:
