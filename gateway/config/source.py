@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from gateway.config.compose import MAX_NODES, ComposeLimit, compose
+from gateway.config.teardown import release
 from gateway.errors import ConfigError, ConfigErrors, KeyPath
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -57,6 +58,16 @@ class Document:
         line, column = mark or self.where(path)
         return ConfigError(message, file=self.file, line=line, column=column, path=path)
 
+    def discard(self) -> None:
+        """Empty the document a little at a time (from a worker thread: see ``teardown.py``)."""
+        for table in (self.marks, self.key_marks):
+            while table:
+                table.popitem()
+        if isinstance(self.data, (dict, list)):
+            children: list[object] = list(self.data.values() if isinstance(self.data, dict) else self.data)
+            self.data.clear()
+            release(children)
+
 
 class _Builder:
     def __init__(self, file: str) -> None:
@@ -64,7 +75,17 @@ class _Builder:
         self.marks: dict[KeyPath, tuple[int, int]] = {}
         self.key_marks: dict[KeyPath, tuple[int, int]] = {}
         self.errors: list[ConfigError] = []
+        self.collections: list[yaml.Node | None] = []  # every mapping and sequence, parents first
         self._constructor = yaml.constructor.SafeConstructor()  # used only to construct scalars
+
+    def free_nodes(self) -> None:
+        """Drop the node tree one collection at a time, parents first (see ``teardown.py``)."""
+        nodes = self.collections
+        for index in range(len(nodes)):
+            nodes[index] = None
+        scalars = self._constructor.constructed_objects  # the constructor's cache: node -> value
+        while scalars:
+            scalars.popitem()
 
     def _mark(self, path: KeyPath, node: yaml.Node) -> None:
         self.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
@@ -79,6 +100,8 @@ class _Builder:
     def build(self, node: yaml.Node, path: KeyPath) -> Any:
         # The composer bounded the calls made here, each pass through an alias included.
         self._mark(path, node)
+        if isinstance(node, yaml.CollectionNode):
+            self.collections.append(node)
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
@@ -159,6 +182,8 @@ def parse_yaml(text: str, file: str) -> Document:
         return Document(file=file, data={}, marks={(): (1, 1)})
     builder = _Builder(file)
     data = builder.build(root, ())
+    del root
+    builder.free_nodes()
     if builder.errors:
         raise ConfigErrors(builder.errors)
     return Document(file=file, data=data, marks=builder.marks, key_marks=builder.key_marks)
