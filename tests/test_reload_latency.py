@@ -166,7 +166,7 @@ def test_a_reload_of_2000_locations_does_not_stall_serving(gateway_factory, upst
         assert refused - bombed < 2.0
         assert bomb_worst < WORST_ALLOWED_S
         assert {status for _, _, status in probe.samples[after:]} == {503}
-        assert "limits.yaml:5:32: (top level): the document expands to more than 100000 values" in gw.stderr()
+        assert "limits.yaml:5:29: (top level): the document expands to more than 100000 values" in gw.stderr()
     finally:
         probe.stop.set()
         thread.join(15)

@@ -102,11 +102,11 @@ class _Composer:
     def _node(self, event: yaml.Event, depth: int, *, is_key: bool = False) -> yaml.Node:
         if isinstance(event, yaml.AliasEvent):
             return self._alias(event, depth, is_key)
+        values_before = self.values
         self._count(1, event, is_key)
         if depth > MAX_DEPTH:
             raise ComposeLimit(f"the document nests deeper than {MAX_DEPTH} levels", _start(event))
         outer_reach, self.reach = self.reach, depth
-        values_before = self.values
         node: yaml.Node
         if isinstance(event, yaml.ScalarEvent):
             tag = event.tag
