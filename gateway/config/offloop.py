@@ -25,6 +25,8 @@ import asyncio
 import gc
 import sys
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from gateway.config.schema import parse_config
@@ -48,29 +50,43 @@ async def load_config_off_loop(path: str, overrides: Overrides | None = None) ->
     if lock is None:
         lock = _locks[loop] = asyncio.Lock()
     async with lock:
-        previous = sys.getswitchinterval()
-        sys.setswitchinterval(min(previous, RELOAD_SWITCH_INTERVAL_S))
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return await asyncio.to_thread(_load, path, overrides)
+            with _short_switch_interval():
+                return await asyncio.to_thread(_load, path, overrides)
         finally:
             if collecting:
                 if gc.get_freeze_count() == 0:  # never thaw what someone else froze
                     gc.freeze()  # promote, unscanned, what the load kept
                     gc.unfreeze()
                 gc.enable()
-            sys.setswitchinterval(previous)
 
 
 async def release_off_loop(holder: list[object]) -> None:
     """Free what ``holder`` holds (a replaced configuration) in a worker thread, gradually."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(min(previous, RELOAD_SWITCH_INTERVAL_S))
-    try:
+    with _short_switch_interval():
         await asyncio.to_thread(release, holder)
+
+
+_boosts = 0
+_saved_interval = 0.0
+
+
+@contextmanager
+def _short_switch_interval() -> Iterator[None]:
+    """Lower the switch interval while any load or release runs; restore it after the last."""
+    global _boosts, _saved_interval
+    if _boosts == 0:
+        _saved_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(_saved_interval, RELOAD_SWITCH_INTERVAL_S))
+    _boosts += 1
+    try:
+        yield
     finally:
-        sys.setswitchinterval(previous)
+        _boosts -= 1
+        if _boosts == 0:
+            sys.setswitchinterval(_saved_interval)
 
 
 def _load(path: str, overrides: Overrides | None) -> CompiledConfig:
