@@ -170,7 +170,7 @@ class GatewayServer:
         if not errors:
             log.log(errorlog.NOTICE, "configuration reloaded from %s", self.config_path)
         del fresh
-        await release_off_loop(replaced)  # freeing 2000 routes at once would hold the GIL for ms
+        spawn(release_off_loop(replaced))  # freeing 2000 routes at once would hold the GIL for ms
         return errors
 
     def apply(self, fresh: CompiledConfig) -> list[str]:

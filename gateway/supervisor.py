@@ -183,5 +183,5 @@ class Supervisor:
             self.store.configure(self.config.spec.zones)
         log.log(errorlog.NOTICE, "reconfiguring: signalling %d workers", len(self.workers))
         self._signal_all(signal.SIGHUP)
-        await release_off_loop(replaced)
+        spawn(release_off_loop(replaced))
         return []

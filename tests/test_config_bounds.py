@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from gateway.config import load_config_text
-from gateway.config.compose import MAX_DEPTH
-from gateway.config.source import MAX_FILE_BYTES, MAX_VALUES, parse_yaml, read_document
+from gateway.config.compose import MAX_DEPTH, MAX_VALUES
+from gateway.config.source import MAX_FILE_BYTES, parse_yaml, read_document
 from gateway.config.units import MAX_RATE, parse_rate, parse_size
 from gateway.errors import ConfigErrors
 from tests.helpers import ROOT

@@ -25,7 +25,9 @@ from gateway.errors import ConfigErrors
 from gateway.plan import CompiledConfig
 from tests.helpers import Gateway, Upstream
 
-WORST_ALLOWED_S = 0.050  # the aim is 10 ms; the margin is for a loaded CI machine
+WORST_ALLOWED_S = 0.050  # on top of the machine's own noise; the aim is 10 ms, the margin is for CI
+WORKERS_WORST_ALLOWED_S = 0.250
+BASELINE_S = 1.0  # how long the probe runs before the reload to measure that noise
 PREFIX_ROUTES = 1500
 REGEX_ROUTES = 500
 RELEASE_S = 0.5  # how long after the swap the probe keeps counting
@@ -136,8 +138,8 @@ def test_a_reload_of_2000_locations_does_not_stall_serving(gateway_factory, upst
     thread.start()
     try:
         assert probe.warm.wait(20) and not probe.failure, probe.failure
-        warm_end = time.perf_counter()
-        baseline, _ = probe.worst(0, warm_end)
+        probe.wait_past(time.perf_counter() + BASELINE_S)  # this machine's own noise, without a reload
+        baseline, _ = probe.worst(0, time.perf_counter())
         assert {status for _, _, status in probe.samples[1:]} == {429}
 
         gw.write_config(large_config(gw.port, upstream.address, 503))
@@ -153,7 +155,7 @@ def test_a_reload_of_2000_locations_does_not_stall_serving(gateway_factory, upst
             f"(before the reload: {baseline * 1000:.1f} ms)"
         )
         assert count >= 10  # the probe really ran while the reload did
-        assert worst < WORST_ALLOWED_S
+        assert worst < WORST_ALLOWED_S + baseline
 
         # A 6-level alias bomb through reload: refused at once, the old configuration keeps serving.
         Path(gw.config_path).write_text(ALIAS_BOMB_6)
@@ -169,7 +171,7 @@ def test_a_reload_of_2000_locations_does_not_stall_serving(gateway_factory, upst
             f"worst probe latency meanwhile {bomb_worst * 1000:.1f} ms over {bomb_count} requests"
         )
         assert refused - bombed < 2.0
-        assert bomb_worst < WORST_ALLOWED_S
+        assert bomb_worst < WORST_ALLOWED_S + baseline
         assert {status for _, _, status in probe.samples[after:]} == {503}
         assert "limits.yaml:5:29: (top level): the document expands to more than 100000 values" in gw.stderr()
     finally:
@@ -192,6 +194,8 @@ def test_with_workers_the_master_parses_off_its_loop_and_refuses_a_bomb(gateway_
     thread.start()
     try:
         assert probe.warm.wait(20) and not probe.failure, probe.failure
+        probe.wait_past(time.perf_counter() + BASELINE_S)
+        baseline, _ = probe.worst(0, time.perf_counter())
         gw.write_config(config(gw.port, 503))
         started = time.perf_counter()
         gw.signal(signal.SIGHUP)  # the master parses, then signals each worker to reload
@@ -199,9 +203,14 @@ def test_with_workers_the_master_parses_off_its_loop_and_refuses_a_bomb(gateway_
         applied = next(sent + took for sent, took, status in probe.samples if status == 503)
         probe.wait_past(applied + RELEASE_S)
         worst, count = probe.worst(started, applied + RELEASE_S)
-        print(f"\nworkers: 2: reload took {applied - started:.3f}s; worst probe latency {worst * 1000:.1f} ms")
+        print(
+            f"\nworkers: 2: reload took {applied - started:.3f}s; worst probe latency {worst * 1000:.1f} ms "
+            f"(before the reload: {baseline * 1000:.1f} ms)"
+        )
         assert count >= 10
-        assert worst < 2 * WORST_ALLOWED_S  # three processes parse on a shared machine
+        # Three processes parse at once on a shared machine: CPU contention, spread over the reload,
+        # not a stalled loop (the old code stalled for the whole parse, 1.5 s on this test).
+        assert worst < WORKERS_WORST_ALLOWED_S + baseline
 
         Path(gw.config_path).write_text(ALIAS_BOMB_6)
         bombed = time.perf_counter()

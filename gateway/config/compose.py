@@ -9,7 +9,7 @@ libyaml when PyYAML was built with it: the scanner and parser are the slow part
 in pure Python, 5 to 7 times slower) and:
 
 * stops past ``MAX_DEPTH`` levels of nesting;
-* stops past ``MAX_NODES`` values, where an alias counts as many values as
+* stops past ``MAX_VALUES`` values, where an alias counts as many values as
   its node holds (the builder in ``source.py`` walks the node again for each
   alias): a "billion laughs" stops at the alias that crosses the bound, in time
   linear in the file;
@@ -28,7 +28,7 @@ import yaml
 from yaml.error import Mark
 
 MAX_DEPTH = 64
-MAX_NODES = 100_000
+MAX_VALUES = 100_000
 
 _LOADER: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = (
     yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
@@ -142,9 +142,9 @@ class _Composer:
         if is_key:  # a key always comes with a value: counting values bounds both
             return
         self.values += values
-        if self.values > MAX_NODES:
+        if self.values > MAX_VALUES:
             why = " (nested aliases?)" if via_alias else ""
-            raise ComposeLimit(f"the document expands to more than {MAX_NODES} values{why}", _start(event))
+            raise ComposeLimit(f"the document expands to more than {MAX_VALUES} values{why}", _start(event))
 
     def _tag(self, event: yaml.CollectionStartEvent, kind: type[yaml.Node]) -> str:
         tag = event.tag

@@ -7,8 +7,8 @@ later error can name its file, line and key.
 
 A configuration file is input we must survive whoever wrote it, so loading is
 bounded: a file over ``MAX_FILE_BYTES`` is refused before parsing; nesting stops
-at ``MAX_DEPTH`` levels; and the values built, counting every pass through an
-alias (``*a``), stop at ``MAX_VALUES``, so ten lines of nested aliases (a
+at ``compose.MAX_DEPTH`` levels; and the values built, counting every pass through an
+alias (``*a``), stop at ``compose.MAX_VALUES``, so ten lines of nested aliases (a
 "billion laughs") are an error naming the line where the bound was crossed,
 not gigabytes and minutes.
 """
@@ -21,12 +21,11 @@ from typing import Any
 
 import yaml
 
-from gateway.config.compose import MAX_NODES, ComposeLimit, compose
+from gateway.config.compose import ComposeLimit, compose
 from gateway.config.teardown import release
 from gateway.errors import ConfigError, ConfigErrors, KeyPath
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
-MAX_VALUES = MAX_NODES  # values built, each pass through an alias included
 
 # What YAML 1.1 allows in a stream (PyYAML's and libyaml's readers refuse the rest).
 _NOT_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -121,7 +121,7 @@ def parse_rate(value: object) -> Rate:
             raise ValueError(f"rate {value} is too large: at most {MAX_RATE}r/s")
         value = str(value)
     match = _RATE.fullmatch(value.strip())
-    if match is None or int(match.group(1)[:20]) <= 0:
+    if match is None or not match.group(1).strip("0"):
         raise ValueError(
             f"invalid rate {value!r}: use Nr/s or Nr/m with an integer N > 0 "
             "(nginx rejects fractions, 0 and other units)"
