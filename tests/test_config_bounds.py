@@ -274,3 +274,8 @@ def test_rates_beyond_the_cap_are_refused(text: object, message: str):
 def test_sizes_beyond_the_cap_are_refused(text: object, maximum: int, message: str):
     with pytest.raises(ValueError, match=message):
         parse_size(text, maximum)
+
+
+def test_rates_take_leading_zeros_like_ngx_atoi():
+    assert parse_rate("0000000000000000000001r/s").count == 1
+    assert parse_rate(f"00{MAX_RATE}r/m").count == MAX_RATE
