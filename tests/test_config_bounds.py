@@ -20,7 +20,7 @@ import pytest
 
 from gateway.config import load_config_text
 from gateway.config.compose import MAX_DEPTH, MAX_VALUES
-from gateway.config.source import MAX_FILE_BYTES, parse_yaml, read_document
+from gateway.config.source import MAX_ERRORS, MAX_FILE_BYTES, parse_yaml, read_document
 from gateway.config.units import MAX_RATE, parse_rate, parse_size
 from gateway.errors import ConfigErrors
 from tests.helpers import ROOT
@@ -279,3 +279,17 @@ def test_sizes_beyond_the_cap_are_refused(text: object, maximum: int, message: s
 def test_rates_take_leading_zeros_like_ngx_atoi():
     assert parse_rate("0000000000000000000001r/s").count == 1
     assert parse_rate(f"00{MAX_RATE}r/m").count == MAX_RATE
+
+
+# -- a file of many mistakes ------------------------------------------------------------------
+
+
+def test_errors_stop_after_a_hundred_and_say_so():
+    unknown = "".join(f"rout{i}: 1\n" for i in range(20_000))
+    errors = errors_of("routes: []\n" + unknown)
+    assert len(errors) == MAX_ERRORS + 1
+    assert errors[-1] == f"t.yaml:102:1: rout100: more than {MAX_ERRORS} errors: the rest are not shown"
+    duplicates = "".join("a: 1\n" for _ in range(20_000))
+    errors = errors_of(duplicates)
+    assert len(errors) == MAX_ERRORS + 1
+    assert errors[-1] == f"t.yaml:102:1: a: more than {MAX_ERRORS} errors: the rest are not shown"

@@ -26,6 +26,7 @@ from gateway.config.teardown import release
 from gateway.errors import ConfigError, ConfigErrors, KeyPath
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_ERRORS = 100  # past this, one more error says so and the rest are dropped: 50000 lines help no one
 
 # What YAML 1.1 allows in a stream (PyYAML's and libyaml's readers refuse the rest).
 _NOT_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -90,6 +91,10 @@ class _Builder:
         self.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
 
     def _fail(self, path: KeyPath, node: yaml.Node, message: str) -> None:
+        if len(self.errors) > MAX_ERRORS:
+            return
+        if len(self.errors) == MAX_ERRORS:
+            message = f"more than {MAX_ERRORS} errors: the rest are not shown"
         self.errors.append(self._error(path, node, message))
 
     def _error(self, path: KeyPath, node: yaml.Node, message: str) -> ConfigError:
