@@ -245,3 +245,25 @@ async def test_overlapping_loads_restore_the_switch_interval_and_the_collector(t
     assert isinstance(results[1], ConfigErrors)
     assert sys.getswitchinterval() == before
     assert gc.isenabled()
+
+
+def test_a_reload_off_the_loop_keeps_the_command_line_overrides(gateway_factory, upstream: Upstream):
+    def config(port: int, status: int) -> str:
+        return large_config(port, "127.0.0.1:9", status)  # nothing listens on :9: only the override works
+
+    gw = gateway_factory(lambda port: config(port, 429), extra_args=("--upstream", f"app={upstream.address}"))
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    try:
+        conn.request("GET", "/p7/echo")
+        response = conn.getresponse()
+        response.read()
+        assert (response.status, len(upstream.seen)) == (200, 1)
+        gw.write_config(config(gw.port, 503))
+        gw.signal(signal.SIGHUP)
+        _wait_for_log(gw, "configuration reloaded", timeout=20)
+        conn.request("GET", "/p8/echo")
+        response = conn.getresponse()
+        response.read()
+        assert (response.status, len(upstream.seen)) == (200, 2)
+    finally:
+        conn.close()
