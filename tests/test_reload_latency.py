@@ -17,10 +17,13 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.config import load_config_text
 from gateway.config.offloop import load_config_off_loop, release_off_loop
+from gateway.config.teardown import release
 from gateway.errors import ConfigErrors
 from gateway.plan import CompiledConfig
 from tests.helpers import Gateway, Upstream
@@ -267,3 +270,17 @@ def test_a_reload_off_the_loop_keeps_the_command_line_overrides(gateway_factory,
         assert (response.status, len(upstream.seen)) == (200, 2)
     finally:
         conn.close()
+
+
+def test_release_frees_the_whole_tree_and_empties_the_holder():
+    class Sentinel:
+        pass
+
+    sentinel = Sentinel()
+    alive = weakref.ref(sentinel)
+    shared = [sentinel]
+    tree = {"routes": [{"n": i, "deep": [[shared]], "both": (shared, {i})} for i in range(1000)]}
+    holder: list[object] = [tree, load_config_text(large_config(8080, "127.0.0.1:9", 429))]
+    del sentinel, shared, tree
+    release(holder)
+    assert holder == [] and alive() is None

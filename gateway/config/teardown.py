@@ -17,6 +17,7 @@ from types import MappingProxyType
 _CONTAINERS = frozenset({tuple, list, dict, set, frozenset, MappingProxyType})
 _LEAVES = frozenset({str, int, float, bool, bytes, type(None)})
 _OWN_MODULES = ("gateway.", "yaml.nodes")  # specs, plans and YAML nodes (their marks are leaves)
+MAX_WALK = 1_000_000  # bounds the work should a tree ever reach runtime state; the rest is freed at once
 
 
 def _walks_into(obj: object) -> bool:
@@ -33,7 +34,7 @@ def release(holder: list[object]) -> None:
     order: list[object | None] = []
     seen: set[int] = set()
     pending = list(holder)
-    while pending:
+    while pending and len(order) < MAX_WALK:
         obj = pending.pop()
         if id(obj) in seen or not _walks_into(obj):
             continue
