@@ -30,7 +30,7 @@ from gateway import errorlog
 from gateway.admin import serve_admin
 from gateway.background import spawn
 from gateway.bans import BanList, LocalBans
-from gateway.config import load_config
+from gateway.config.offloop import load_config_off_loop, release_off_loop
 from gateway.errors import ConfigErrors
 from gateway.overrides import Overrides
 from gateway.plan import CompiledConfig
@@ -171,14 +171,18 @@ class Supervisor:
             self._signal_all(signal.SIGKILL)
 
     async def reload(self) -> list[str]:
-        try:
-            self.config = load_config(self.config_path, self.overrides)
+        try:  # parsed in a worker thread: the loop keeps serving the workers' limit state
+            fresh = await load_config_off_loop(self.config_path, self.overrides)
         except ConfigErrors as exc:
             for err in exc.errors:
                 log.error("reload failed, keeping the running configuration: %s", err)
             return [str(e) for e in exc.errors]
+        replaced: list[object] = [self.config]
+        self.config = fresh
+        del fresh
         if self.store is not None:
             self.store.configure(self.config.spec.zones)
         log.log(errorlog.NOTICE, "reconfiguring: signalling %d workers", len(self.workers))
         self._signal_all(signal.SIGHUP)
+        spawn(release_off_loop(replaced))
         return []

@@ -16,6 +16,7 @@ scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-10, 10**6),
+    st.integers(),  # beyond every cap
     st.floats(allow_nan=False, allow_infinity=False),
     st.sampled_from(
         [
@@ -38,6 +39,11 @@ scalars = st.one_of(
             "[::1]:80",
             "redis://x",
             "off",
+            "99999999999999999999r/s",
+            "2147483648r/m",
+            "1000000g",
+            "65g",
+            "\u0663r/s",
         ]
     ),
 )
@@ -94,6 +100,19 @@ documents = st.fixed_dictionaries(
 @given(documents)
 def test_any_document_loads_or_reports_errors(document):
     text = yaml.safe_dump(document, allow_unicode=True)
+    try:
+        load_config_text(text, "fuzz.yaml")
+    except ConfigErrors as exc:
+        assert exc.errors and all(str(e).startswith("fuzz.yaml:") for e in exc.errors)
+
+
+# YAML's own syntax: anchors, aliases, tags, flow and block collections, control characters.
+yaml_text = st.text(alphabet=st.sampled_from(list("[]{}&*!|>-:,'\"#?%@`\\ \t\n\r\x00\x85\ufeffa1é")), max_size=120)
+
+
+@settings(max_examples=600, deadline=None, derandomize=bool(os.environ.get("CI")))
+@given(yaml_text)
+def test_any_text_parses_or_reports_errors_with_a_place(text):
     try:
         load_config_text(text, "fuzz.yaml")
     except ConfigErrors as exc:

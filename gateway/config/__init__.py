@@ -14,9 +14,17 @@ if TYPE_CHECKING:
 __all__ = ["CompiledConfig", "ConfigSpec", "load_config", "load_config_text"]
 
 
-def load_config(path: str, overrides: Overrides | None = None) -> CompiledConfig:
-    """Read, validate and compile a configuration file; raises ``ConfigErrors``."""
-    spec = parse_config(read_document(path))
+def load_config(path: str, overrides: Overrides | None = None, *, gradual_free: bool = False) -> CompiledConfig:
+    """Read, validate and compile a configuration file; raises ``ConfigErrors``.
+
+    ``gradual_free``: empty the parsed document piece by piece once used (a reload in a
+    worker thread: see ``offloop``), rather than dropping a big tree at once."""
+    document = read_document(path)
+    try:
+        spec = parse_config(document)
+    finally:
+        if gradual_free:
+            document.discard()
     if overrides is not None:
         spec = overrides.apply(spec)
     return compile_config(spec)

@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from gateway.config.source import Document
+from gateway.config.source import MAX_ERRORS, Document
 from gateway.config.units import parse_duration_ms, parse_size
 from gateway.errors import ConfigError, KeyPath
 
@@ -28,7 +28,16 @@ class Reader:
 
     # -- reporting -------------------------------------------------------------
     def error(self, path: KeyPath, message: str, *, at_key: bool = False) -> None:
+        if len(self.errors) > MAX_ERRORS:
+            return
+        if len(self.errors) == MAX_ERRORS:
+            message = f"more than {MAX_ERRORS} errors: the rest are not shown"
         self.errors.append(self.doc.error(path, message, at_key=at_key))
+
+    @property
+    def full(self) -> bool:
+        """No more errors will be shown: skip the work of explaining them."""
+        return len(self.errors) > MAX_ERRORS
 
     def warn(self, path: KeyPath, message: str) -> None:
         self.warnings.append(self.doc.error(path, message))
@@ -49,7 +58,7 @@ class Reader:
         allowed = tuple(allowed)
         for key in value:
             if key not in allowed:
-                hint = difflib.get_close_matches(key, allowed, n=1)
+                hint = [] if self.full else difflib.get_close_matches(key, allowed, n=1)
                 suffix = f' (did you mean "{hint[0]}"?)' if hint else ""
                 self.error(path + (key,), f"unknown key {key!r}{suffix}", at_key=True)
         for key in required:
@@ -147,8 +156,17 @@ def positive_duration_ms(value: Any) -> int:
     return ms
 
 
+MAX_ZONE_SIZE = 64 * 1024**3  # 64g of limit state is far beyond what one node's memory should hold
+
+
 def size(value: Any) -> int:
+    """A size of at most 1024g (``MAX_SIZE``): ``client_max_body_size``."""
     return parse_size(value)
+
+
+def zone_size(value: Any) -> int:
+    """A zone's ``size``: at most 64g."""
+    return parse_size(value, MAX_ZONE_SIZE)
 
 
 def one_of(*choices: str) -> Callable[[Any], str]:

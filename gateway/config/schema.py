@@ -27,6 +27,7 @@ from gateway.config.reader import (
     positive_duration_ms,
     size,
     status_code,
+    zone_size,
 )
 from gateway.config.source import Document
 from gateway.config.units import Rate, parse_rate
@@ -598,8 +599,8 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
         if data is None:
             continue
         key = r.field(data, "key", zpath, parse_key)
-        zone_size = r.field(data, "size", zpath, size, 10 * 1024 * 1024)
-        if zone_size is not None and zone_size < NGINX_MIN_ZONE:
+        zone_bytes = r.field(data, "size", zpath, zone_size, 10 * 1024 * 1024)
+        if zone_bytes is not None and zone_bytes < NGINX_MIN_ZONE:
             r.error(zpath + ("size",), f'zone "{name}" is too small: at least 32k, like nginx')
         rate = r.field(data, "rate", zpath, parse_rate) if ztype == "req" else None
         ban_ms = r.field(data, "ban", zpath, duration_ms, 0) if ztype == "req" else 0
@@ -614,7 +615,7 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
                 zpath + ("ipv6_prefix",),
                 "ipv6_prefix only changes $binary_remote_addr and $remote_addr, and the key uses neither",
             )
-        if key is None or zone_size is None or max_key is None or ipv6_prefix is None:
+        if key is None or zone_bytes is None or max_key is None or ipv6_prefix is None:
             continue
         if ztype == "req" and rate is None:
             continue
@@ -624,7 +625,7 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
             name=name,
             type=ztype,  # type: ignore[arg-type]  # checked against ZONE_KEYS above
             key=key,
-            size=zone_size,
+            size=zone_bytes,
             rate=rate,
             ban_s=(ban_ms or 0) // 1000,
             limit=limit or 0,
@@ -784,10 +785,15 @@ def _limit_req(r: Reader, value: Any, path: KeyPath, zones: Mapping[str, ZoneSpe
     return tuple(out)
 
 
+MAX_BURST = 2**31 - 1  # burst and delay: x1000 they stay exact in the 42 bits of excess
+
+
 def _positive(what: str) -> Any:
     def parse(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f'invalid {what} value "{value}": must be an integer greater than zero (omit it for 0)')
+        if value > MAX_BURST:
+            raise ValueError(f"invalid {what} value {value}: at most {MAX_BURST}")
         return value
 
     return parse

@@ -1,8 +1,11 @@
 """Parsers for the value syntaxes operators know from nginx.
 
 * durations: ``250ms``, ``5s``, ``10m``, ``1h``, ``1d``, ``1h30m``; a bare number is seconds;
-* sizes: ``512k``, ``10m``, ``1g``; a bare number is bytes;
-* rates: ``10r/s``, ``30r/m``, integer N > 0, exactly as ``limit_req_zone rate=``.
+* sizes: ``512k``, ``10m``, ``1g``; a bare number is bytes; at most ``MAX_SIZE``
+  (1024g) unless the caller sets a lower cap;
+* rates: ``10r/s``, ``30r/m``, integer 0 < N <= ``MAX_RATE``, as ``limit_req_zone rate=``.
+
+Digits are ASCII only, like nginx's ``ngx_atoi`` (Python's ``\\d`` would take ``٣``).
 
 Each parser raises ``ValueError`` with a message meant for the operator.
 """
@@ -13,9 +16,13 @@ import re
 from dataclasses import dataclass
 
 _DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-_SIZE = re.compile(r"(\d+)([kmg]?)", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]+)([kmg]?)", re.IGNORECASE)
+_RATE = re.compile(r"([0-9]+)(?:r/([sm]))?")
+
+MAX_SIZE = 1024**4  # 1024g: no body or zone we could serve is larger; a bigger number is a typo
+MAX_RATE = 2**31 - 1  # requests per second or minute: rate_m (N * 1000) stays exact in 42 bits
 
 
 MAX_DURATION_MS = 366 * 86_400_000  # a year: longer is a typo, and would overflow timers
@@ -32,7 +39,7 @@ def parse_duration_ms(value: object) -> int:
     if not isinstance(value, str):
         raise ValueError(f"expected a duration such as 5s or 250ms, got {value!r}")
     text = value.strip().replace(" ", "")
-    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+    if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text):
         return _bounded(float(text) * 1000, value)
     total = 0.0
     pos = 0
@@ -52,20 +59,37 @@ def _bounded(ms: float, value: object) -> int:
     return round(ms)
 
 
-def parse_size(value: object) -> int:
-    """Return a size in bytes (``k`` = 1024, ``m`` = 1024², ``g`` = 1024³)."""
+def parse_size(value: object, maximum: int = MAX_SIZE) -> int:
+    """Return a size in bytes (``k`` = 1024, ``m`` = 1024², ``g`` = 1024³), at most ``maximum``."""
     if isinstance(value, bool):
         raise ValueError(f"expected a size such as 512k or 10m, got {value!r}")
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"a size cannot be negative, got {value}")
-        return value
+        return _size_at_most(value, maximum, value)
     if not isinstance(value, str):
         raise ValueError(f"expected a size such as 512k or 10m, got {value!r}")
     match = _SIZE.fullmatch(value.strip())
     if match is None:
         raise ValueError(f"invalid size {value!r}: use bytes or a number with k, m or g (e.g. 512k, 10m)")
-    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    digits = match.group(1).lstrip("0") or "0"
+    if len(digits) > 20:  # past any cap, and int() refuses over 4300 digits
+        raise ValueError(f"size {value!r} is too large: at most {format_size(maximum)}")
+    return _size_at_most(int(digits) * _SIZE_UNITS[match.group(2).lower()], maximum, value)
+
+
+def _size_at_most(size: int, maximum: int, value: object) -> int:
+    if size > maximum:
+        raise ValueError(f"size {value!r} is too large: at most {format_size(maximum)}")
+    return size
+
+
+def format_size(size: int) -> str:
+    """The shortest exact spelling: ``64g``, ``512k``, ``100``."""
+    for unit in ("g", "m", "k"):
+        if size and size % _SIZE_UNITS[unit] == 0:
+            return f"{size // _SIZE_UNITS[unit]}{unit}"
+    return str(size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,17 +116,19 @@ def parse_rate(value: object) -> Rate:
     """Parse ``Nr/s`` or ``Nr/m`` with nginx's rules (N integer > 0; bare N means r/s)."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise ValueError(f"invalid rate {value!r}: use Nr/s or Nr/m with an integer N > 0")
-    text = str(value).strip()
-    per = "s"
-    number = text
-    if len(text) > 3 and text[-3:] in ("r/s", "r/m"):
-        per = text[-1]
-        number = text[:-3]
-    if not number.isdigit() or int(number) <= 0:
+    if isinstance(value, int):
+        if value > MAX_RATE:  # before str(): a huge int is slow to print
+            raise ValueError(f"rate {value} is too large: at most {MAX_RATE}r/s")
+        value = str(value)
+    match = _RATE.fullmatch(value.strip())
+    if match is None or not match.group(1).strip("0"):
         raise ValueError(
             f"invalid rate {value!r}: use Nr/s or Nr/m with an integer N > 0 "
             "(nginx rejects fractions, 0 and other units)"
         )
-    count = int(number)
+    digits, per = match.group(1), match.group(2) or "s"
+    if len(digits.lstrip("0")) > len(str(MAX_RATE)) or int(digits) > MAX_RATE:
+        raise ValueError(f"rate {value!r} is too large: at most {MAX_RATE}r/{per}")
+    count = int(digits)
     scale = 1 if per == "s" else 60
     return Rate(count=count, per=per, rate_m=count * 1000 // scale)
