@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from gateway.config import load_config
 from gateway.config.teardown import release
 
 if TYPE_CHECKING:
@@ -87,6 +88,4 @@ def _short_switch_interval() -> Iterator[None]:
 
 
 def _load(path: str, overrides: Overrides | None) -> CompiledConfig:
-    from gateway.config import load_config
-
     return load_config(path, overrides, gradual_free=True)
