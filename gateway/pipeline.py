@@ -56,8 +56,9 @@ class Pipeline:
                 ctx.status = 499
                 self.access_log.write(ctx, request, None, time.monotonic() - ctx.started)
             raise
-        except ConnectionResetError:
-            # The client went away while we wrote to it. aiohttp's attempt to finish this
+        except ConnectionError:
+            # The client went away while we wrote to it (a reset, or aiohttp's "Connection
+            # lost" for a write that was waiting to drain). aiohttp's attempt to finish this
             # placeholder fails quietly and logs the request, with our 499.
             ctx.status = 499
             return web.Response(status=499)

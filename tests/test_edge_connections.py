@@ -199,7 +199,13 @@ def test_an_idle_connection_gets_keepalive_timeout_and_no_more(gateway_factory, 
     with socket.create_connection(("127.0.0.1", gw.port)) as sock:
         sock.settimeout(5)
         sock.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        reader = sock.makefile("rb")
+        assert reader.readline().startswith(b"HTTP/1.1 200")
+        length = 0
+        while (line := reader.readline()) != b"\r\n":
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        assert len(reader.read(length)) == length  # the whole response: the connection is idle now
         answered = time.monotonic()
         time.sleep(0.5)
         sock.sendall(b"GET / HTTP/1.1\r\n")  # the next header starts, and stalls

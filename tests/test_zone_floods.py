@@ -30,7 +30,7 @@ def flood_config(port: int, upstream: str, admin_port: int, store: str = "") -> 
     return f"""
 listen: 127.0.0.1:{port}
 shutdown_timeout: 3s
-admin: {{listen: 127.0.0.1:{admin_port}}}
+admin: {{listen: 127.0.0.1:{admin_port}, token: flood}}
 log: {{access: off}}
 {store}
 zones:
@@ -99,7 +99,8 @@ async def _flood(url: str, count: int, start: int, connections: int = 8) -> dict
 
 async def _zone_status(admin_port: int) -> dict[str, int]:
     async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{admin_port}/status") as resp:
+        headers = {"Authorization": "Bearer flood"}
+        async with session.get(f"http://127.0.0.1:{admin_port}/status", headers=headers) as resp:
             body = json.loads(await resp.text())
     return body["zones"]["by_key"]  # type: ignore[no-any-return]
 

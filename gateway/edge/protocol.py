@@ -264,7 +264,9 @@ class EdgeProtocol(RequestHandler):
         status = _status_for(exc, status)
         peer = self.peername
         client = peer[0] if isinstance(peer, tuple) else "-"
-        if status >= 500 and status != 505:
+        if isinstance(exc, ConnectionError):
+            errorlog.log.info("client closed the connection while the response was sent, client: %s", client)
+        elif status >= 500 and status != 505:
             errorlog.log.error("unexpected error while handling a request, client: %s", client, exc_info=exc)
         else:
             detail = _describe(exc, message)

@@ -35,7 +35,7 @@ from gateway import errorlog, responses
 from gateway.context import RequestContext
 from gateway.proxy.balancer import Peer
 from gateway.proxy.headers import request_head, response_headers
-from gateway.proxy.http1 import ReadTimedOut, ResponseHead, StaleConnection, UpstreamFailure
+from gateway.proxy.http1 import Connection, ReadTimedOut, ResponseHead, StaleConnection, UpstreamFailure
 from gateway.proxy.spool import BufferPolicy, RequestSpool, ResponseSpool
 from gateway.proxy.upstream import UpstreamPool
 
@@ -244,7 +244,7 @@ async def _forward(
         if per_peer:
             head = head_for(own_host(pool, peer))
         try:
-            spool, response = await _exchange(pool, peer, head, body, chunked, _response_spool(ctx, buffers))
+            _, spool, response = await exchange(pool, peer, head, body, chunked, response_spool(ctx, buffers))
         except (BodyTooLarge, ClientBodyError) as exc:
             ctx.upstream_addr = ", ".join(addrs)
             return _body_failed(request, ctx, accept, exc, max_body)
@@ -267,7 +267,7 @@ async def _forward(
         ctx.upstream_addr = ", ".join(addrs)
         ctx.upstream_status = ", ".join(statuses)
         try:
-            return await _relay(request, ctx, spool, response, pool, extra_headers)
+            return await relay(request, ctx, spool, response, pool, extra_headers)
         finally:
             spool.close()
             ctx.upstream_time = f"{time.monotonic() - started:.3f}"
@@ -292,7 +292,7 @@ def _consumed(body: RequestBody | RequestSpool | None) -> bool:
     return isinstance(body, RequestBody) and body.started
 
 
-def _response_spool(ctx: RequestContext, buffers: BufferPolicy) -> Callable[[], ResponseSpool]:
+def response_spool(ctx: RequestContext, buffers: BufferPolicy) -> Callable[[], ResponseSpool]:
     def spill_failed(exc: OSError) -> None:
         errorlog.request_event(
             "error", ctx, f"could not write the response to a temp file ({exc}); going on at the client's pace"
@@ -304,23 +304,28 @@ def _response_spool(ctx: RequestContext, buffers: BufferPolicy) -> Callable[[], 
     return lambda: ResponseSpool(buffers, timed_out, spill_failed)
 
 
-async def _exchange(
+async def exchange(
     pool: UpstreamPool,
     peer: Peer,
     head: bytes,
     body: RequestBody | RequestSpool | None,
     chunked: bool,
     new_spool: Callable[[], ResponseSpool],
-) -> tuple[ResponseSpool, ResponseHead]:
+    *,
+    upgrade: bool = False,
+) -> tuple[Connection, ResponseSpool, ResponseHead]:
     """Send the request on a pooled (or new) connection and read the response head;
-    the response body goes to the returned spool."""
+    the response body goes to the returned spool. With ``upgrade`` (a WebSocket
+    handshake) a 101 answer is the start of a tunnel on the returned connection."""
     peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
     for attempt in range(2):
         conn = await peer_pool.acquire(pool.connect_timeout, fresh=attempt > 0)
+        if upgrade:
+            conn.expect_upgrade()
         spool = new_spool()
         try:
             await conn.send(head, body, chunked, pool.send_timeout, spool)
-            return spool, await conn.read_head(pool.read_timeout)
+            return conn, spool, await conn.read_head(pool.read_timeout)
         except StaleConnection:
             spool.abort()
             spool.close()
@@ -334,7 +339,7 @@ async def _exchange(
     raise StaleConnection("upstream closed two connections in a row before answering")
 
 
-async def _relay(
+async def relay(
     request: web.BaseRequest,
     ctx: RequestContext,
     spool: ResponseSpool,

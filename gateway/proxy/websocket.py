@@ -22,18 +22,17 @@ plain requests.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway import errorlog, responses
 from gateway.context import RequestContext
-from gateway.proxy.balancer import Peer
-from gateway.proxy.forward import DEFAULT_BUFFERS, _relay, _response_spool
+from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, relay, response_spool
 from gateway.proxy.headers import switch_response_headers, upgrade_request_head
-from gateway.proxy.http1 import Connection, ResponseHead, StaleConnection, UpstreamFailure
-from gateway.proxy.spool import BufferPolicy, ResponseSpool
+from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure
+from gateway.proxy.spool import BufferPolicy
 from gateway.proxy.tunnel import End, Tunnel
 from gateway.proxy.upstream import UpstreamPool
 
@@ -90,7 +89,9 @@ async def forward_websocket(
         tried.add(peer.index)
         addrs.append(peer.address)
         try:
-            conn, spool, answer = await _handshake(pool, peer, head, _response_spool(ctx, buffers))
+            conn, spool, answer = await exchange(
+                pool, peer, head, None, False, response_spool(ctx, buffers), upgrade=True
+            )
         except UpstreamFailure as exc:
             # nothing of the client's has been consumed: any server may be tried next
             timed_out = exc.timeout
@@ -108,7 +109,7 @@ async def forward_websocket(
         ctx.upstream_status = ", ".join(statuses)
         try:
             if answer.status != 101:
-                return await _relay(request, ctx, spool, answer, pool, extra_headers)
+                return await relay(request, ctx, spool, answer, pool, extra_headers)
             spool.close()  # a tunnel has no response body to spool
             return await _tunnel(request, ctx, conn, answer, pool, extra_headers)
         finally:
@@ -120,30 +121,6 @@ async def forward_websocket(
     if not addrs:
         errorlog.request_event("error", ctx, f'no live upstreams while connecting to upstream "{pool.name}"')
     return responses.error(504 if timed_out else 502, accept)
-
-
-async def _handshake(
-    pool: UpstreamPool, peer: Peer, head: bytes, new_spool: Callable[[], ResponseSpool]
-) -> tuple[Connection, ResponseSpool, ResponseHead]:
-    """Send the upgrade request on a pooled (or new) connection and read the answer's head;
-    a refusal's body goes to the returned spool."""
-    peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
-    for attempt in range(2):
-        conn = await peer_pool.acquire(pool.connect_timeout, fresh=attempt > 0)
-        conn.expect_upgrade()
-        spool = new_spool()
-        try:
-            await conn.send(head, None, False, pool.send_timeout, spool)
-            return conn, spool, await conn.read_head(pool.read_timeout)
-        except StaleConnection:
-            spool.close()
-            conn.close()
-            continue  # the upstream had closed this idle connection: one more try, on a fresh one
-        except BaseException:
-            spool.close()
-            conn.close()
-            raise
-    raise StaleConnection("upstream closed two connections in a row before answering")
 
 
 async def _tunnel(
