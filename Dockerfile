@@ -15,7 +15,7 @@ ARG PIP_CERT=
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --user-group --home-dir /var/lib/gateway --create-home --shell /usr/sbin/nologin gateway \
+ && useradd --uid 10001 --user-group --no-log-init --home-dir /var/lib/gateway --create-home --shell /usr/sbin/nologin gateway \
  && install -d -o gateway -g gateway -m 0700 /run/gateway \
  && ln -s /etc/gateway /var/lib/gateway/conf
 

@@ -49,7 +49,9 @@ class Installed:
 
 def run(cmd: list[str], *, cwd: Path, timeout: float, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    )
     return proc.stdout
 
 
@@ -97,7 +99,9 @@ def test_the_wheel_holds_every_package_and_the_lua_scripts(installed: Installed)
     assert {"limit_req.lua", "request.lua", "undo.lua"} <= set(scripts)
     for name in scripts:
         assert f"gateway/lua/{name}" in names
-        assert zipfile.ZipFile(installed.wheel).read(f"gateway/lua/{name}") == (ROOT / "scripts/lua" / name).read_bytes()
+        assert (
+            zipfile.ZipFile(installed.wheel).read(f"gateway/lua/{name}") == (ROOT / "scripts/lua" / name).read_bytes()
+        )
 
 
 def test_the_redis_suite_passes_against_the_installed_wheel(installed: Installed) -> None:
