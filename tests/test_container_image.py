@@ -10,15 +10,16 @@
   upstream: a proxied request, a shared limit, a ban through one node holding on the other,
   HEALTHCHECK healthy, a non-root PID 1, and `podman stop` draining a slow request.
 
-compose.yaml describes the same cluster; it is not run here (no registry for the redis
-image, and Podman's CNI networks here have no DNS between containers), so these two
-containers are run by hand with the same image, config and checks.
+* compose.yaml, run with podman-compose: the same two nodes on a compose network, with
+  Redis (a local stand-in for the redis image when no registry is reachable) and the demo
+  upstream.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import resource
 import shutil
@@ -40,7 +41,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 PODMAN = ["podman", "--runtime", "runc"]  # the default crun fails on some cgroup setups; runc works
 BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
-IMAGE = "localhost/gateway:test"
+IMAGE = "localhost/gateway:latest"  # the name compose.yaml uses
+REDIS_IMAGE = "docker.io/library/redis:7-bookworm"  # compose.yaml's Redis
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 TOKEN_DIR = "/run/gateway/gateway"  # $XDG_RUNTIME_DIR/gateway in the image
 GATEWAY_UID = "10001"
@@ -86,8 +88,15 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+def have_image(name: str) -> bool:
+    """In local storage, or pulled from its registry when one is reachable."""
+    if podman("image", "exists", name, check=False).returncode == 0:
+        return True
+    return podman("pull", "-q", name, check=False, timeout=300).returncode == 0
+
+
 def ensure_base_image(workdir: Path) -> None:
-    if podman("image", "exists", BASE_IMAGE, check=False).returncode == 0:
+    if have_image(BASE_IMAGE):
         return
     rootfs = workdir / "rootfs"
     try:
@@ -311,3 +320,77 @@ def test_two_containers_share_limits_and_bans_and_drain_on_sigterm(
     assert "shutting down gracefully" in b.logs()
     assert http_get(a_port, "/echo/after", client_ip="10.9.0.6")[0] == 200  # the other node serves on
     print(f"ban propagation between containers: {propagation * 1000:.0f} ms; podman stop drained in {stop_took:.1f} s")
+
+
+def ensure_redis_image(workdir: Path) -> None:
+    """compose.yaml's redis image; with no registry, a stand-in built on the same Debian base."""
+    if have_image(REDIS_IMAGE):
+        return
+    (workdir / "Containerfile").write_text(
+        f"FROM {BASE_IMAGE}\n"
+        "RUN apt-get update && apt-get install -y --no-install-recommends redis-server && rm -rf /var/lib/apt/lists/*\n"
+        "USER redis\n"
+        'CMD ["redis-server"]\n'
+    )
+    podman(
+        "build", "--network", "host", "--format", "docker", *ulimit_args(), "-t", REDIS_IMAGE, str(workdir), timeout=600
+    )
+
+
+def status_from(container: str, url: str) -> int:
+    """GET url from inside a container on the compose network (its own address as the client)."""
+    script = (
+        "import urllib.error, urllib.request\n"
+        "try:\n"
+        f"    print(urllib.request.urlopen({url!r}, timeout=5).status)\n"
+        "except urllib.error.HTTPError as exc:\n"
+        "    print(exc.code)\n"
+    )
+    return int(podman("exec", container, "python3", "-c", script).stdout.strip())
+
+
+def test_compose_runs_two_nodes_sharing_limits_and_bans(image: str, tmp_path: Path) -> None:
+    if shutil.which("podman-compose") is None:
+        pytest.skip("podman-compose not installed (scripts/test installs it with apt: apt-get install podman-compose)")
+    ensure_redis_image(tmp_path)
+    conf = tmp_path / "containers.conf"  # what the PODMAN flags say, for the podman that podman-compose runs
+    ulimits = ulimit_args()[1::2]
+    conf.write_text(f'[containers]\ndefault_ulimits = {json.dumps(ulimits)}\n[engine]\nruntime = "{PODMAN[2]}"\n')
+    port1, port2 = free_port(), free_port()
+    env = dict(os.environ, CONTAINERS_CONF=str(conf), GATEWAY1_PORT=str(port1), GATEWAY2_PORT=str(port2))
+    project = f"gwtest{uuid.uuid4().hex[:8]}"
+    compose = ["podman-compose", "-p", project, "-f", str(ROOT / "compose.yaml")]
+    gateway1, gateway2 = Container(f"{project}_gateway1_1"), Container(f"{project}_gateway2_1")
+    demo = f"{project}_demo_1"
+    try:
+        sh([*compose, "up", "-d", "--no-build"], env=env, cwd=ROOT, timeout=300)
+        wait_http(port1, gateway1)
+        wait_http(port2, gateway2)
+
+        # Proxied to the demo upstream, through each node.
+        for port in (port1, port2):
+            status, body = http_get(port, "/compose")
+            assert status == 200, body
+            assert json.loads(body)["path"] == "/compose"
+
+        # A ban made with node 1's CLI (through Redis) holds on node 2, for a client inside the network.
+        assert status_from(demo, "http://gateway2:8080/") == 200
+        demo_ip = podman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", demo)
+        gateway1.exec("gateway", "ban", demo_ip.stdout.strip(), "--for", "10m", "--reason", "compose test")
+        wait_for(lambda: status_from(demo, "http://gateway2:8080/") == 403, 3, "node 1's ban, on node 2")
+        listed = json.loads(gateway2.exec("gateway", "bans", "--json"))
+        assert [b.get("reason") for b in listed] == ["compose test"], listed
+
+        for node in (gateway1, gateway2):
+            assert podman("healthcheck", "run", node.name, check=False).returncode == 0, node.logs()
+
+        # One limit for both nodes (every request through a published port comes from the same address).
+        started = time.monotonic()
+        statuses = [http_get((port1, port2)[i % 2], "/compose")[0] for i in range(40)]
+        elapsed = time.monotonic() - started
+        passed = statuses.count(200)
+        assert set(statuses) == {200, 429}, statuses
+        assert 21 <= passed <= 21 + int(10 * elapsed) + 1, (passed, elapsed, statuses)
+    finally:
+        sh([*compose, "down", "-t", "0"], env=env, cwd=ROOT, timeout=180, check=False)
+        podman("network", "rm", "-f", f"{project}_default", check=False)
