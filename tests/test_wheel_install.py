@@ -126,6 +126,7 @@ def test_the_redis_suite_passes_against_the_installed_wheel(installed: Installed
     )
     summary = out.strip().splitlines()[-1]
     assert " passed" in summary and "skipped" not in summary and "failed" not in summary, out[-3000:]
+    print(f"Redis suite against the installed wheel: {summary}")
 
 
 def test_a_start_without_the_lua_scripts_is_refused_as_a_packaging_fault(
