@@ -30,7 +30,7 @@ from typing import Any
 from gateway import __version__, errorlog
 from gateway.background import spawn
 from gateway.config import load_config
-from gateway.errors import ConfigErrors
+from gateway.errors import ConfigErrors, GatewayError
 from gateway.overrides import Overrides
 
 DEFAULT_CONFIG = "conf/limits.yaml"
@@ -113,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for err in exc.errors:
             print(f"gateway: {err}", file=sys.stderr)
         return 1
+    except GatewayError as exc:  # e.g. lua.ScriptsMissing: the start is refused, without a traceback
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     _parser().print_help()
@@ -140,6 +143,10 @@ def _run(args: argparse.Namespace) -> int:
     overrides = Overrides.parse(args.listen, args.upstream, args.workers)
     config = load_config(args.config, overrides)
     spec = config.spec
+    if spec.store.redis is not None:
+        from gateway.store import lua
+
+        lua.require_all()  # a packaging fault refuses the start here, before any worker or Redis call
     errorlog.configure(spec.log.error, spec.log.level)
     for warning in spec.warnings:
         errorlog.log.warning("%s", warning)

@@ -1,5 +1,8 @@
 """The Redis scripts, read from ``scripts/lua`` (shipped in the package as ``gateway.lua``).
 
+The scripts are package data: they are read with importlib.resources, so an editable
+install, a wheel in site-packages and a zip import all find them the same way.
+
 A line ``--#include other.lua`` is replaced by the part of ``other.lua`` above its
 ``--#entry`` line (its functions), so the per-key arithmetic is written once and the
 standalone scripts stay loadable as they are, by OpenResty nodes too.
@@ -10,30 +13,37 @@ from __future__ import annotations
 import hashlib
 from functools import cache
 from importlib import resources
-from pathlib import Path
 
+from gateway.errors import GatewayError
+
+PACKAGE = "gateway.lua"
 ENTRY = "--#entry"
 INCLUDE = "--#include "
+SCRIPTS = ("request.lua", "undo.lua")  # the ones the store sends to Redis
 
 
-def script_dir() -> Path:
+class ScriptsMissing(GatewayError):
+    """The installed gateway has no Lua scripts: a packaging fault, not a Redis outage."""
+
+
+def read(name: str) -> str:
+    """One script file as installed, includes not resolved."""
     try:
-        path = Path(str(resources.files("gateway.lua")))
-        if (path / "limit_req.lua").is_file():
-            return path
-    except ModuleNotFoundError:
-        pass
-    return Path(__file__).resolve().parent.parent.parent / "scripts" / "lua"  # a source checkout
+        return resources.files(PACKAGE).joinpath(name).read_text(encoding="utf-8")
+    except (ModuleNotFoundError, OSError) as exc:
+        raise ScriptsMissing(
+            f"cannot load the Redis script {name} from the {PACKAGE} package ({type(exc).__name__}: {exc}); "
+            "the gateway is installed without its Lua scripts: reinstall it from a wheel or a checkout"
+        ) from None
 
 
 @cache
 def source(name: str) -> str:
     """The script as sent to Redis, with includes resolved."""
     lines = []
-    for line in (script_dir() / name).read_text(encoding="utf-8").splitlines():
+    for line in read(name).splitlines():
         if line.startswith(INCLUDE):
-            included = (script_dir() / line[len(INCLUDE) :].strip()).read_text(encoding="utf-8")
-            library = included.split(ENTRY, 1)[0]
+            library = read(line[len(INCLUDE) :].strip()).split(ENTRY, 1)[0]
             lines.append(library.rstrip())
         else:
             lines.append(line)
@@ -43,3 +53,9 @@ def source(name: str) -> str:
 @cache
 def sha1(name: str) -> str:
     return hashlib.sha1(source(name).encode()).hexdigest()
+
+
+def require_all() -> None:
+    """Read every script the store uses, or raise ScriptsMissing: called before a Redis-backed start."""
+    for name in SCRIPTS:
+        source(name)

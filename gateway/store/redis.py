@@ -111,6 +111,7 @@ class RedisStore:
     kind = "redis"
 
     def __init__(self, spec: RedisSpec, clock_ms: Callable[[], int] = epoch_ms) -> None:
+        lua.require_all()  # ScriptsMissing: refuse to start rather than report a Redis outage later
         self.spec = spec
         self.clock_ms = clock_ms
         self.prefix = spec.prefix.encode()

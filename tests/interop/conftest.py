@@ -28,10 +28,8 @@ ZONES: dict[str, tuple[str, str]] = {
 
 
 def script_path() -> Path:
-    """limit_req.lua as shipped with the gateway (the file OpenResty nodes load)."""
-    from gateway.store import lua
-
-    return lua.script_dir() / "limit_req.lua"
+    """limit_req.lua in the checkout's scripts/lua (the file OpenResty nodes load)."""
+    return Path(__file__).resolve().parents[2] / "scripts" / "lua" / "limit_req.lua"
 
 
 def gateway_config(port: int, redis_port: int, upstream: str) -> str:
