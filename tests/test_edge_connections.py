@@ -94,10 +94,10 @@ def established_to(port: int) -> int:
     Read from /proc/net/tcp: the client side of a flood can hold half-open sockets the kernel
     dropped from a full SYN queue, which says nothing about the gateway."""
     count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+    listening = f"0100007F:{port:04X}"  # 127.0.0.1:port; attack sockets never use 127.0.0.1, and one of
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:  # them may get the same port number
         fields = line.split()
-        local_port = int(fields[1].split(":")[1], 16)
-        if local_port == port and fields[3] in ("01", "08"):  # ESTABLISHED, CLOSE_WAIT
+        if fields[1] == listening and fields[3] in ("01", "08"):  # ESTABLISHED, CLOSE_WAIT
             count += 1
     return count
 
