@@ -39,7 +39,7 @@ T = TypeVar("T")
 WRITE_CHUNK = 500  # bans per script call (and per pub/sub message: applied in one go on every node)
 WRITE_PIPELINE = 8  # script calls per round trip
 SCAN_COUNT = 1000  # HSCAN COUNT
-APPLY_SLICE = 250  # bans applied between two yields to the loop
+APPLY_SLICE = 100  # bans applied between two yields to the loop
 LOG_MAXLEN = 1000  # batches kept in the change log
 SYNC_TIMEOUT_S = 5.0  # one Redis call of the sync (a full read is many such calls)
 FULL_SYNC_DEADLINE_S = 120.0
@@ -54,39 +54,51 @@ end
 return 0
 """
 
-# KEYS: hash, expiry, version, log. ARGV: channel, log length, then (op, target, json, until_ms)...
+# KEYS: hash, expiry, version, log. ARGV: channel, log length, "+" (add) or "-" (remove), then
+# newline-separated targets and, to add, their JSON and their ends (few big arguments: cheap to send).
 # Returns {version, target removed, ...}.
 _WRITE = """
-local adds, removed, touched, found = {}, {}, {}, {}
-for i = 3, #ARGV, 4 do
-  local target = ARGV[i + 1]
-  if ARGV[i] == '+' then
-    redis.call('HSET', KEYS[1], target, ARGV[i + 2])
-    local until_ms = tonumber(ARGV[i + 3])
-    if until_ms > 0 then
-      redis.call('ZADD', KEYS[2], until_ms, target)
-    else
-      redis.call('ZREM', KEYS[2], target)
-    end
-    adds[#adds + 1] = ARGV[i + 2]
-  else
-    if redis.call('HDEL', KEYS[1], target) == 1 then found[#found + 1] = target end
-    redis.call('ZREM', KEYS[2], target)
-    removed[#removed + 1] = target
-  end
-  touched[#touched + 1] = target
+local function lines(text)
+  local out = {}
+  for item in string.gmatch(text, '[^\\n]+') do out[#out + 1] = item end
+  return out
 end
-if #touched == 0 then return {tonumber(redis.call('GET', KEYS[3]) or '0')} end
+local targets = lines(ARGV[4])
+local found = {}
+local message
+if ARGV[3] == '+' then
+  local values, ends = lines(ARGV[5]), lines(ARGV[6])
+  local fields, timed, forever = {}, {}, {}
+  for i, target in ipairs(targets) do
+    fields[#fields + 1] = target
+    fields[#fields + 1] = values[i]
+    if tonumber(ends[i]) > 0 then
+      timed[#timed + 1] = ends[i]
+      timed[#timed + 1] = target
+    else
+      forever[#forever + 1] = target
+    end
+  end
+  if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
+  if #timed > 0 then redis.call('ZADD', KEYS[2], unpack(timed)) end
+  if #forever > 0 then redis.call('ZREM', KEYS[2], unpack(forever)) end
+  message = '\\n[' .. table.concat(values, ',') .. ']'
+else
+  for _, target in ipairs(targets) do
+    if redis.call('HDEL', KEYS[1], target) == 1 then found[#found + 1] = target end
+  end
+  if #targets > 0 then redis.call('ZREM', KEYS[2], unpack(targets)) end
+  message = '\\n[]\\n' .. ARGV[4]
+end
+if #targets == 0 then return {tonumber(redis.call('GET', KEYS[3]) or '0')} end
 local version = redis.call('INCR', KEYS[3])
 local id = version .. '-0'
-if not pcall(redis.call, 'XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', table.concat(touched, '\\n')) then
+if not pcall(redis.call, 'XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', ARGV[4]) then
   -- the counter went back (deleted by hand): start the log again; nodes ahead of it re-read all
   redis.call('DEL', KEYS[4])
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', table.concat(touched, '\\n'))
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', ARGV[4])
 end
-local message = version .. '\\n[' .. table.concat(adds, ',') .. ']'
-if #removed > 0 then message = message .. '\\n' .. table.concat(removed, '\\n') end
-redis.call('PUBLISH', ARGV[1], message)
+redis.call('PUBLISH', ARGV[1], version .. message)
 local out = {version}
 for _, target in ipairs(found) do out[#out + 1] = target end
 return out
@@ -96,10 +108,8 @@ return out
 _EXPIRE = """
 local ended = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
 if #ended == 0 then return 0 end
-for _, target in ipairs(ended) do
-  redis.call('HDEL', KEYS[1], target)
-  redis.call('ZREM', KEYS[2], target)
-end
+redis.call('HDEL', KEYS[1], unpack(ended))
+redis.call('ZREM', KEYS[2], unpack(ended))
 local version = redis.call('INCR', KEYS[3])
 local id = version .. '-0'
 if not pcall(redis.call, 'XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', table.concat(ended, '\\n')) then
@@ -150,6 +160,28 @@ class Changes:
             raise TypeError("the bans of a change are not a list")
         added = [_ban(item) for item in raw]
         return Changes(int(head), added, [t for t in removed.split("\n") if t])
+
+
+def decode_bans(values: Sequence[bytes | str]) -> list[Ban | None]:
+    """Ban JSON values, decoded in one go (None for one that is not a ban)."""
+    raw: list[Any] | None = None
+    if values and all(isinstance(v, bytes) for v in values):
+        with contextlib.suppress(ValueError):
+            raw = json.loads(b"[" + b",".join(values) + b"]")  # type: ignore[arg-type]
+    if raw is None or len(raw) != len(values):  # a bad value among them: one at a time
+        raw = []
+        for value in values:
+            try:
+                raw.append(json.loads(value))
+            except ValueError:
+                raw.append(None)
+    out: list[Ban | None] = []
+    for item in raw:
+        try:
+            out.append(_ban(item))
+        except (ValueError, KeyError, TypeError):
+            out.append(None)
+    return out
 
 
 def _ban(data: Any) -> Ban:
@@ -210,30 +242,33 @@ class RedisBans:
         return bool(await self.remove_many([target]))
 
     async def add_many(self, bans: Sequence[Ban]) -> None:
-        ops = [("+", b.target, b.to_json(), b.until_ms) for b in bans]
-        await self._write(ops)
-        for chunk in _chunks(bans, APPLY_SLICE):
-            for ban in chunk:
+        calls = []
+        for chunk in _chunks(bans, WRITE_CHUNK):
+            targets = "\n".join(b.target for b in chunk)
+            calls.append(
+                ("+", targets, "\n".join(b.to_json() for b in chunk), "\n".join(str(b.until_ms) for b in chunk))
+            )
+        await self._write(calls)
+        if self._subscriber is None:
+            return  # the CLI: no local copy to keep
+        for piece in _chunks(bans, APPLY_SLICE):
+            for ban in piece:
                 self.banlist.put(ban)
             await asyncio.sleep(0)
 
     async def remove_many(self, targets: Sequence[str]) -> list[str]:
-        found = await self._write([("-", t, "", 0) for t in targets])
+        found = await self._write([("-", "\n".join(chunk), "", "") for chunk in _chunks(targets, WRITE_CHUNK)])
         for target in targets:
             self.banlist.remove(target)
         return found
 
-    async def _write(self, ops: Sequence[tuple[str, str, str, int]]) -> list[str]:
-        """Run the write script over ``ops``, WRITE_CHUNK at a time, WRITE_PIPELINE calls per round trip."""
+    async def _write(self, calls: Sequence[tuple[str, str, str, str]]) -> list[str]:
+        """Run the write script once per chunk, WRITE_PIPELINE calls per round trip."""
         found: list[str] = []
-        batches = list(_chunks(ops, WRITE_CHUNK))
-        for group in _chunks(batches, WRITE_PIPELINE):
+        for group in _chunks(calls, WRITE_PIPELINE):
             pipe = self.client.pipeline(transaction=False)
-            for batch in group:
-                args: list[Any] = [self.channel, LOG_MAXLEN]
-                for op in batch:
-                    args.extend(op)
-                pipe.eval(_WRITE, 4, *self._keys(), *args)
+            for call in group:
+                pipe.eval(_WRITE, 4, *self._keys(), self.channel, LOG_MAXLEN, *call)
             for reply in await self._call(pipe.execute()):
                 found.extend(_text(t) for t in reply[1:])
         return found
@@ -329,32 +364,37 @@ class RedisBans:
         seen: set[str] = set()
         expired: list[bytes] = []
         cursor: int = 0
-        while True:
-            cursor, fields = await self._call(self.client.hscan(self.key, cursor, count=SCAN_COUNT))
-            items = list(fields.items())
-            for chunk in _chunks(items, APPLY_SLICE):
-                now = epoch_ms()
-                for field, value in chunk:
-                    target = _text(field)
-                    try:
-                        ban = Ban.from_json(value)
-                        if ban.target != target:
+        pending: asyncio.Future[Any] | None
+        pending = asyncio.ensure_future(self._call(self.client.hscan(self.key, 0, count=SCAN_COUNT)))
+        try:
+            while pending is not None:
+                cursor, fields = await pending
+                # Ask for the next chunk before working on this one: Redis and we work side by side.
+                pending = None
+                if cursor:
+                    pending = asyncio.ensure_future(self._call(self.client.hscan(self.key, cursor, count=SCAN_COUNT)))
+                items = list(fields.items())
+                for chunk in _chunks(items, APPLY_SLICE):
+                    now = epoch_ms()
+                    for (field, value), ban in zip(chunk, decode_bans([v for _, v in chunk]), strict=True):
+                        target = _text(field)
+                        if ban is None or ban.target != target:
                             continue
                         if not ban.active(now):
                             expired += [field, value]
                             continue
                         if self.banlist.bans.get(target) != ban:
                             self.banlist.put(ban)
-                    except (ValueError, KeyError, TypeError):
-                        continue
-                    seen.add(target)
-                await asyncio.sleep(0)
-            if not cursor:
-                break
-        stale = [t for t in self.banlist.bans if t not in seen]
-        for chunk in _chunks(stale, APPLY_SLICE * 4):
+                        seen.add(target)
+                    await asyncio.sleep(0)
+        finally:
+            if pending is not None:
+                pending.cancel()
+        held = list(self.banlist.bans)
+        for chunk in _chunks(held, APPLY_SLICE * 8):
             for target in chunk:
-                self.banlist.remove(target)
+                if target not in seen:
+                    self.banlist.remove(target)
             await asyncio.sleep(0)
         self.version = start_version
         await self._catch_up()  # what changed while we read, re-read once more
