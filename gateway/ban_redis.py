@@ -476,6 +476,9 @@ class RedisBans:
             await asyncio.sleep(0.5)
 
     def _on_message(self, data: bytes | str) -> None:
+        if data[:1] in (b"{", "{"):  # a node or CLI of the previous version, during an upgrade
+            self._on_legacy_message(data)
+            return
         try:
             changes = Changes.parse(data)
         except (ValueError, KeyError, TypeError) as exc:
@@ -490,6 +493,17 @@ class RedisBans:
             self.version = changes.version
         else:
             self._kick.set()  # we missed something (or never read it all): catch up
+
+    def _on_legacy_message(self, data: bytes | str) -> None:
+        """``{"op": "add", "ban": {...}}`` or ``{"op": "remove", "target": ...}``: no version to follow."""
+        try:
+            event = json.loads(data)
+            if event["op"] == "add":
+                self.banlist.put(_ban(event["ban"]))
+            elif event["op"] == "remove":
+                self.banlist.remove(str(event["target"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            errorlog.log.warning("ignoring a malformed ban event: %r", exc)
 
     def _apply(self, changes: Changes) -> None:
         for ban in changes.added:

@@ -33,6 +33,7 @@ T = TypeVar("T")
 REDIS_TIMEOUT_S = 5.0  # one CLI command against Redis, connection included
 ADMIN_TIMEOUT_S = 15.0  # one call to the admin API (a reload parses the file)
 ADMIN_CHUNK = 10_000  # blocklist entries per admin API call
+LIST_BUDGET = 50_000  # `gateway bans` with Redis: the time budget of a write of this many entries (30 s)
 
 
 class ControlError(Exception):
@@ -98,7 +99,9 @@ async def _list(args: argparse.Namespace, spec: ConfigSpec) -> int:
             raise ControlError(f"bans --match: {exc}") from None
     if spec.store.redis is not None:
         total, page = await _with_redis(
-            spec, lambda bans: bans.select(within=within, reason=args.reason, offset=args.offset, limit=args.limit)
+            spec,
+            lambda bans: bans.select(within=within, reason=args.reason, offset=args.offset, limit=args.limit),
+            LIST_BUDGET,  # reads the whole list (HSCAN, in chunks), each call bounded by the client's timeout
         )
         listed = [_view(b) for b in page]
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -132,6 +133,12 @@ async def test_new_bans_arrive_by_pubsub_even_while_reading_the_list_fails(share
                 await shared.client.publish(shared.channel, junk)
             await shared.add_many(bans_for(["203.0.113.10/32"]))
             await until(lambda: "203.0.113.10/32" in follower.banlist.bans)
+            # what a node of the previous version publishes, during a rolling upgrade
+            legacy = {"op": "add", "ban": {"target": "203.0.113.11/32", "until_ms": 0, "reason": "old node"}}
+            await shared.client.publish(shared.channel, json.dumps(legacy))
+            await until(lambda: "203.0.113.11/32" in follower.banlist.bans)
+            await shared.client.publish(shared.channel, json.dumps({"op": "remove", "target": "203.0.113.11/32"}))
+            await until(lambda: "203.0.113.11/32" not in follower.banlist.bans)
         assert "not-a-cidr" not in follower.banlist.bans
     finally:
         await follower.close()
