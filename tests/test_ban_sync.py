@@ -167,3 +167,31 @@ async def test_changes_made_during_a_long_read_are_not_lost(shared, redis_sessio
     finally:
         await follower.close()
         await client.aclose()
+
+
+async def test_the_ban_keys_share_one_slot_on_a_redis_cluster(redis_cluster):
+    from gateway.config.schema import RedisSpec
+    from gateway.store.redis import connect
+
+    spec = RedisSpec(cluster=tuple(redis_cluster.seed_urls))
+    prefix = f"clu{uuid.uuid4().hex[:6]}:".encode()
+    writer_client, node_client = connect(spec, 5.0), connect(spec, 5.0)
+    writer = RedisBans(writer_client, prefix, BanList(), sync_interval_s=60)
+    node = RedisBans(node_client, prefix, BanList(), sync_interval_s=60, subscriber=lambda: connect(spec, None))
+    await node.start()
+    try:
+        await until(lambda: node.version is not None)
+        targets = mixed_blocklist(2000, seed=11)
+        await writer.add_many(bans_for(targets, until_ms=epoch_ms() + 200))
+        await until(lambda: len(node.banlist) == 2000)  # by pub/sub, across the cluster
+        assert sorted(await writer.remove_many(targets[:3])) == sorted(targets[:3])
+        await asyncio.sleep(0.25)
+        assert await writer.expire() == 1000  # a sweep is bounded; the next one takes the rest
+        assert await writer.expire() == 997
+        await until(lambda: len(node.banlist) == 0)
+        await node.refresh()
+        assert node.full_syncs == 1 and node.version == 7  # 4 batches of 500, 1 removal, 2 sweeps
+    finally:
+        await node.close()
+        await writer_client.aclose()
+        await node_client.aclose()
