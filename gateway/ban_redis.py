@@ -258,8 +258,10 @@ class RedisBans:
 
     async def remove_many(self, targets: Sequence[str]) -> list[str]:
         found = await self._write([("-", "\n".join(chunk), "", "") for chunk in _chunks(targets, WRITE_CHUNK)])
-        for target in targets:
-            self.banlist.remove(target)
+        for chunk in _chunks(targets, APPLY_SLICE * 10):
+            for target in chunk:
+                self.banlist.remove(target)
+            await asyncio.sleep(0)
         return found
 
     async def _write(self, calls: Sequence[tuple[str, str, str, str]]) -> list[str]:
@@ -277,7 +279,7 @@ class RedisBans:
         self, *, within: str | None = None, reason: str | None = None, offset: int = 0, limit: int = 0
     ) -> tuple[int, list[Ban]]:
         await self.refresh()  # one GET when nothing changed; fails (so the caller says so) when Redis is down
-        return self.banlist.select(epoch_ms(), within=within, reason=reason, offset=offset, limit=limit)
+        return await self.banlist.select(epoch_ms(), within=within, reason=reason, offset=offset, limit=limit)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -61,14 +61,18 @@ class LocalBans:
             await asyncio.sleep(0)  # a 100k import never holds the loop for long
 
     async def remove_many(self, targets: Sequence[str]) -> list[str]:
-        found = [t for t in targets if self.banlist.remove(t)]
-        self._notify((), found)
+        found: list[str] = []
+        for i in range(0, len(targets), 2000):
+            chunk = [t for t in targets[i : i + 2000] if self.banlist.remove(t)]
+            self._notify((), chunk)
+            found += chunk
+            await asyncio.sleep(0)
         return found
 
     async def select(
         self, *, within: str | None = None, reason: str | None = None, offset: int = 0, limit: int = 0
     ) -> tuple[int, list[Ban]]:
-        return self.banlist.select(epoch_ms(), within=within, reason=reason, offset=offset, limit=limit)
+        return await self.banlist.select(epoch_ms(), within=within, reason=reason, offset=offset, limit=limit)
 
     def status(self) -> dict[str, Any]:
         return {"count": len(self.banlist), "source": "local", "last_change_ms": self.last_change_ms}

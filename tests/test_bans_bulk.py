@@ -198,3 +198,25 @@ def test_a_relative_list_file_is_found_next_to_the_configuration(tmp_path: Path)
     (tmp_path / "lists" / "deny.txt").unlink()
     failed = cli("check", "-c", str(conf))
     assert failed.returncode == 1 and "access.deny_file: cannot read" in failed.stderr
+
+
+async def test_hostile_input_gets_a_4xx_or_a_line_number_never_a_traceback(gateway_factory, upstream, tmp_path):
+    admin = free_port()
+    gw = gateway_factory(config(upstream, admin))
+    base = f"http://127.0.0.1:{admin}"
+    async with aiohttp.ClientSession() as session:
+        big = io.BytesIO(b'{"bans": ["' + b"1" * (17 * 1024 * 1024) + b'"]}')
+        async with session.post(base + "/bans", headers=AUTH, data=big) as resp:
+            assert resp.status == 413
+        nobody = {"Content-Type": "application/json"}
+        async with session.post(base + "/bans", headers=nobody, data=io.BytesIO(b"[" * 1000)) as resp:
+            assert resp.status == 401  # the token first: the body is not even read
+    junk = tmp_path / "junk.txt"
+    junk.write_bytes(b"192.0.2.1\n\x00\x1b[31mred\n" + b"\xff\xfe" * 50 + b"\n" + b"9" * 10000 + b"\n")
+    done = cli("ban", "--file", str(junk), "-c", str(gw.config_path))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert [line.split(":")[2] for line in lines] == ["2", "3", "4"]  # junk.txt:N: for each bad line
+    assert all(len(line) < 250 and "\x1b" not in line for line in lines)  # short, no terminal escapes
+    assert done.stdout == "banned 1 addresses and networks for 1h; 3 lines skipped\n"
+    assert "Traceback" not in gw.stderr()

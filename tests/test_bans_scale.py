@@ -227,3 +227,13 @@ async def test_100k_bans_through_the_admin_api_reach_every_worker(gateway_factor
         assert await status_as(session, gw.url, FREE_V4) == 200
     print(f"embedded store, 2 workers: 100k bans enforced {elapsed:.2f} s after the command")
     assert elapsed < 10
+    # a page as big as the whole list, while the node serves (built off the serving loop)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{admin}/bans?limit=100000&match=2001:db8::/32"
+        listing = asyncio.ensure_future(session.get(url, headers=headers))
+        for _ in range(20):
+            assert await status_as(session, gw.url, FREE_V4) == 200
+        async with await listing as resp:
+            page = await resp.json()
+            assert resp.headers["X-Total-Count"] == str(N * 35 // 100) and len(page) == N * 35 // 100
