@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from gateway import errorlog
@@ -317,12 +317,9 @@ class RedisBans:
         async with self._lock:
             current = int(await self._call(self.client.get(self.version_key)) or 0)
             if self.version is None or current < self.version:
-                await self._full_sync()
+                await self._buffered(self._read_all())
             elif current > self.version:
-                try:
-                    await self._catch_up()
-                except LogGap:
-                    await self._full_sync()
+                await self._buffered(self._catch_up_or_read_all())
             self.last_sync_ms = epoch_ms()
             self.last_error = ""
 
@@ -352,14 +349,26 @@ class RedisBans:
                 self.last_error = f"{type(exc).__name__}: {exc}"[:200]
                 delay = min(self.sync_interval_s, 1.0)
 
-    async def _full_sync(self) -> None:
+    async def _buffered(self, read: Coroutine[Any, Any, None]) -> None:
+        """Run a read of Redis; the changes heard meanwhile are applied at once and again after it.
+
+        A read and the subscription are two connections: a change may be heard before the
+        reply of a read that predates it is handled. Applying, after the read, the changes
+        newer than what it covered, in order, makes the end state right whatever the timing.
+        """
         self._buffer = []
         ok = False
         try:
-            await asyncio.wait_for(self._read_all(), FULL_SYNC_DEADLINE_S)
+            await asyncio.wait_for(read, FULL_SYNC_DEADLINE_S)
             ok = True
         finally:
             self._replay(ok)
+
+    async def _catch_up_or_read_all(self) -> None:
+        try:
+            await self._catch_up()
+        except LogGap:
+            await self._read_all()
 
     async def _read_all(self) -> None:
         start_version = int(await self._call(self.client.get(self.version_key)) or 0)
@@ -443,7 +452,7 @@ class RedisBans:
         self.version = version
 
     def _replay(self, ok: bool) -> None:
-        """After a read: apply again, in order, the batches heard meanwhile that it may not include."""
+        """After a read: apply again, in order, the batches heard meanwhile that are newer than it."""
         buffered, self._buffer = self._buffer or [], None
         if not ok:
             return  # they were applied as they came; the version stays unknown, the loop retries
