@@ -5,6 +5,10 @@ node follows the shared list); otherwise they, and ``reload`` always, go to the
 running node's admin API, with ``admin.token`` or, when none is configured, the
 token the gateway wrote to ``admin.token_file``.
 
+``ban --file`` / ``unban --file`` read a blocklist (``gateway/blocklist.py``): the valid
+lines are applied (to Redis in pipelined chunks, or to the admin API 10,000 at a time);
+each skipped line is reported as ``gateway: FILE:LINE: why`` and the exit code is then 1.
+
 Any failure is one line on stderr (``gateway: ...``) and exit code 1, never a traceback.
 """
 
