@@ -64,9 +64,16 @@ class Ban(NamedTuple):
         )
 
 
-def mask_of(version: int, prefixlen: int) -> int:
+def _mask(version: int, prefixlen: int) -> int:
     bits = _BITS[version]
     return ((1 << bits) - 1) ^ ((1 << (bits - prefixlen)) - 1)
+
+
+_MASKS = {(v, p): _mask(v, p) for v, bits in _BITS.items() for p in range(bits + 1)}
+
+
+def mask_of(version: int, prefixlen: int) -> int:
+    return _MASKS[(version, prefixlen)]
 
 
 def net_key(target: str) -> tuple[int, int, int]:
@@ -84,7 +91,7 @@ def net_key(target: str) -> tuple[int, int, int]:
         plen = int(plen_text)
     else:
         raise ValueError(f"not an IP address or CIDR: {target[:64]!r}")
-    return version, plen, int.from_bytes(raw, "big") & mask_of(version, plen)
+    return version, plen, int.from_bytes(raw, "big") & _MASKS[(version, plen)]
 
 
 def canonical_target(text: str) -> str:
