@@ -38,7 +38,9 @@ T = TypeVar("T")
 
 WRITE_CHUNK = 500  # bans per script call (and per pub/sub message: applied in one go on every node)
 WRITE_PIPELINE = 8  # script calls per round trip
+WRITES_IN_FLIGHT = 2  # round trips at once (two connections)
 SCAN_COUNT = 1000  # HSCAN COUNT
+SCAN_PAUSE_S = 0.003  # between two HSCAN chunks
 APPLY_SLICE = 100  # bans applied between two yields to the loop
 LOG_MAXLEN = 1000  # batches kept in the change log
 SYNC_TIMEOUT_S = 5.0  # one Redis call of the sync (a full read is many such calls)
@@ -265,14 +267,21 @@ class RedisBans:
         return found
 
     async def _write(self, calls: Sequence[tuple[str, str, str, str]]) -> list[str]:
-        """Run the write script once per chunk, WRITE_PIPELINE calls per round trip."""
+        """Run the write script once per chunk, WRITE_PIPELINE calls per round trip, two round trips
+        in flight (we pack one while Redis runs the other). Each call is atomic and numbered by
+        the version it takes; nodes apply them in that order whatever order they were sent in."""
         found: list[str] = []
-        for group in _chunks(calls, WRITE_PIPELINE):
-            pipe = self.client.pipeline(transaction=False)
-            for call in group:
-                pipe.eval(_WRITE, 4, *self._keys(), self.channel, LOG_MAXLEN, *call)
-            for reply in await self._call(pipe.execute()):
-                found.extend(_text(t) for t in reply[1:])
+        in_flight = asyncio.Semaphore(WRITES_IN_FLIGHT)
+
+        async def send(group: Sequence[tuple[str, str, str, str]]) -> None:
+            async with in_flight:
+                pipe = self.client.pipeline(transaction=False)
+                for call in group:
+                    pipe.eval(_WRITE, 4, *self._keys(), self.channel, LOG_MAXLEN, *call)
+                for reply in await self._call(pipe.execute()):
+                    found.extend(_text(t) for t in reply[1:])
+
+        await asyncio.gather(*(send(group) for group in _chunks(calls, WRITE_PIPELINE)))
         return found
 
     async def select(
@@ -398,6 +407,9 @@ class RedisBans:
                             self.banlist.put(ban)
                         seen.add(target)
                     await asyncio.sleep(0)
+                # A breath between chunks (the next one is on its way meanwhile): a node reading
+                # a long list is not CPU-bound, so the OS schedules it promptly for its requests.
+                await asyncio.sleep(SCAN_PAUSE_S)
         finally:
             if pending is not None:
                 pending.cancel()

@@ -168,18 +168,22 @@ async def test_a_node_started_against_100k_bans_enforces_them_within_5s_and_keep
     )
     await writer.aclose()
     probes = samples(targets)
+    # A control node on an empty list, serving the same traffic side by side: the machine's own
+    # noise (CI runners and this machine are shared) hits both alike.
+    control = gateway_factory(node_config(upstream, free_port(), redis_url=redis_session.url, prefix=prefix + "empty:"))
     admin = free_port()
     started = time.monotonic()
     node = gateway_factory(node_config(upstream, admin, redis_url=redis_session.url, prefix=prefix))
-    latencies: list[float] = []
+    latencies: dict[str, list[float]] = {node.url: [], control.url: []}
     enforced = asyncio.Event()
 
     async def normal_traffic() -> None:
         async with aiohttp.ClientSession() as session:
             while not enforced.is_set():
-                sent = time.monotonic()
-                assert await status_as(session, node.url, FREE_V4) == 200
-                latencies.append(time.monotonic() - sent)
+                for url, times in latencies.items():
+                    sent = time.monotonic()
+                    assert await status_as(session, url, FREE_V4) == 200
+                    times.append(time.monotonic() - sent)
 
     traffic = asyncio.ensure_future(normal_traffic())
     try:
@@ -188,22 +192,16 @@ async def test_a_node_started_against_100k_bans_enforces_them_within_5s_and_keep
     finally:
         enforced.set()
         await traffic
-    # The same traffic once the list is loaded: the machine's own noise (CI runners are shared).
-    quiet: list[float] = []
-    async with aiohttp.ClientSession() as session:
-        for _ in range(len(latencies)):
-            sent = time.monotonic()
-            assert await status_as(session, node.url, FREE_V4) == 200
-            quiet.append(time.monotonic() - sent)
-    p99, quiet_p99 = percentile(latencies, 0.99), percentile(quiet, 0.99)
+    during, beside = latencies[node.url], latencies[control.url]
+    p99, control_p99 = percentile(during, 0.99), percentile(beside, 0.99)
     print(
-        f"late node: 100k bans enforced {elapsed:.2f} s after start; {len(latencies)} requests meanwhile, "
-        f"p50 {statistics.median(latencies) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms; "
-        f"after: p50 {statistics.median(quiet) * 1000:.1f} ms, p99 {quiet_p99 * 1000:.1f} ms"
+        f"late node: 100k bans enforced {elapsed:.2f} s after start; {len(during)} requests meanwhile, "
+        f"p50 {statistics.median(during) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max {max(during) * 1000:.1f} ms; "
+        f"control node: p50 {statistics.median(beside) * 1000:.1f} ms, p99 {control_p99 * 1000:.1f} ms"
     )
-    assert len(latencies) >= 50
-    # Under 20 ms, or, on a machine too busy for that, no worse than its noise once loaded.
-    assert p99 < 0.020 or p99 < 1.5 * quiet_p99 + 0.005, (p99, quiet_p99)
+    assert len(during) >= 50
+    # Under 20 ms; on a machine too busy for that, within 10 ms of the control node's p99.
+    assert p99 < 0.020 or p99 < control_p99 + 0.010, (p99, control_p99)
     assert "could not bring the ban list up to date" not in node.stderr()
     await drop_ban_keys(redis_session.url, prefix)
 
