@@ -3,10 +3,16 @@
     GET    /healthz           "ok"                                    (no token needed)
     GET    /readyz            {"ready": true} or 503 {"ready": false, "reason": ...}  (no token needed)
     GET    /status            JSON: version, pid, store, Redis circuit, zones, bans
-    GET    /bans              JSON list of bans in force
+    GET    /bans              JSON list of bans in force, sorted by target; X-Total-Count: how many
+                              match. ?match=10.0.0.0/8 &reason=feed &limit=100 &offset=0
+                              (limit defaults to 1000, at most 100000)
     POST   /bans              {"target": "203.0.113.7" | "10.0.0.0/8", "for": "1h" | 0, "reason": "...",
                                "force": false}
+                              or many: {"bans": ["192.0.2.1", {"target": ..., "for": ..., "reason": ...}],
+                               "for": ..., "reason": ..., "force": false} (the defaults for every entry;
+                               force applies to all) -> {"banned": N, "refused": [...], "invalid": [...]}
     DELETE /bans/{target}     target URL-encoded (10.0.0.0%2F8)
+    POST   /bans/remove       {"targets": [...]} -> {"removed": N, "not_banned": [...], "invalid": [...]}
     POST   /reload            like SIGHUP; answers the configuration errors, if any
 
 Every call but the two probes needs ``Authorization: Bearer <token>``: ``admin.token``, or,
@@ -29,7 +35,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from gateway import __version__, admin_guard, admin_token, errorlog
-from gateway.ban_policy import ban_refusal
+from gateway.ban_policy import BanPolicy
 from gateway.bans import Ban, LocalBans, RedisBans, canonical_target, epoch_ms
 from gateway.config.schema import ConfigSpec
 from gateway.config.units import parse_duration_ms
@@ -38,9 +44,12 @@ Bans = LocalBans | RedisBans
 T = TypeVar("T")
 log = errorlog.log
 
-STORE_TIMEOUT_S = 2.0  # a ban list call to Redis
+STORE_TIMEOUT_S = 2.0  # a ban list call to Redis (a bulk call gets this per 10,000 entries)
 READY_TIMEOUT_S = 1.0  # the PING of /readyz
-MAX_BODY = 64 * 1024
+MAX_BODY = 16 * 1024 * 1024  # a 100,000-entry blocklist in one POST; read only after the token check
+MAX_BULK = 200_000  # entries in one POST
+LIST_LIMIT = 1000  # GET /bans without ?limit
+MAX_LIST_LIMIT = 100_000  # one page at most (built in a thread: the serving loop never waits on it)
 STORE_DOWN = "the ban list store (Redis) is unavailable; nothing was changed or read, try again later"
 
 
@@ -79,6 +88,7 @@ class AdminApi:
         app.router.add_get("/status", self._status)
         app.router.add_get("/bans", self._list)
         app.router.add_post("/bans", self._add)
+        app.router.add_post("/bans/remove", self._remove_many)
         app.router.add_delete("/bans/{target:.+}", self._remove)
         app.router.add_post("/reload", self._reload)
         return app
@@ -139,9 +149,9 @@ class AdminApi:
             return "wrong admin token"
         return None
 
-    async def _store(self, call: Awaitable[T]) -> T:
+    async def _store(self, call: Awaitable[T], entries: int = 1) -> T:
         try:
-            return await asyncio.wait_for(call, STORE_TIMEOUT_S)
+            return await asyncio.wait_for(call, STORE_TIMEOUT_S * (1 + entries // 10_000))
         except Exception as exc:
             log.warning("admin API: the ban list store failed: %s", type(exc).__name__)
             raise StoreUnavailable from None
@@ -166,42 +176,91 @@ class AdminApi:
         return _json(body)
 
     async def _list(self, request: web.Request) -> web.Response:
-        bans = await self._store(self.bans.list())
-        return _json([ban_view(b) for b in bans])
+        query = request.query
+        try:
+            limit = _count(query.get("limit"), LIST_LIMIT, 1, MAX_LIST_LIMIT)
+            offset = _count(query.get("offset"), 0, 0, 10**9)
+        except ValueError:
+            return _json({"error": "limit and offset must be whole numbers (limit 1..100000)"}, 400)
+        within = query.get("match") or None
+        if within is not None:
+            try:
+                within = canonical_target(within)
+            except ValueError:
+                return _json({"error": "match must be an IP address or CIDR"}, 400)
+        reason = query.get("reason")
+        total, page = await self._store(self.bans.select(within=within, reason=reason, offset=offset, limit=limit))
+        text = await asyncio.to_thread(lambda: json.dumps([ban_view(b) for b in page], indent=1) + "\n")
+        return web.Response(text=text, content_type="application/json", headers={"X-Total-Count": str(total)})
 
-    async def _add(self, request: web.Request) -> web.Response:
+    async def _body(self, request: web.Request) -> dict[str, Any] | None:
         try:
             data = await request.json()
         except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    async def _add(self, request: web.Request) -> web.Response:
+        data = await self._body(request)
+        if data is None:
             return _json({"error": "bad ban request: the body must be a JSON object"}, 400)
-        if not isinstance(data, dict):
-            return _json({"error": "bad ban request: the body must be a JSON object"}, 400)
-        try:
-            target = canonical_target(data["target"]) if isinstance(data.get("target"), str) else ""
-        except ValueError:
-            target = ""
-        if not target:
-            return _json({"error": 'bad ban request: "target" must be an IP address or CIDR'}, 400)
-        try:
-            duration_ms = parse_duration_ms(data.get("for", "1h"))
-        except ValueError:
-            return _json({"error": 'bad ban request: "for" must be a duration such as 30s, 10m, 1h, or 0'}, 400)
         force = data.get("force", False)
         if not isinstance(force, bool):
             return _json({"error": 'bad ban request: "force" must be true or false'}, 400)
-        refusal = ban_refusal(target, self.config())
+        if "bans" in data:
+            return await self._add_many(data, force)
+        try:
+            ban = _ban(data, data, epoch_ms())
+        except ValueError as exc:
+            return _json({"error": f"bad ban request: {exc}"}, 400)
+        refusal = BanPolicy(self.config()).refusal(ban.target)
         if refusal is not None and not force:
             return _json({"error": f'ban refused: {refusal}; send "force": true to ban anyway', "reason": refusal}, 409)
-        now = epoch_ms()
-        ban = Ban(
-            target=target,
-            until_ms=now + duration_ms if duration_ms else 0,
-            reason=str(data.get("reason", "")),
-            created_ms=now,
-            by=str(data.get("by", "admin api")),
-        )
         await self._store(self.bans.add(ban))
         return _json(ban_view(ban), 201)
+
+    async def _add_many(self, data: dict[str, Any], force: bool) -> web.Response:
+        entries = data["bans"]
+        if not isinstance(entries, list) or len(entries) > MAX_BULK:
+            return _json({"error": f'bad ban request: "bans" must be a list of at most {MAX_BULK} entries'}, 400)
+        try:
+            _ban({"target": "192.0.2.1"}, data, 0)  # the defaults themselves must be valid
+        except ValueError as exc:
+            return _json({"error": f"bad ban request: {exc}"}, 400)
+        policy = BanPolicy(self.config())
+        now = epoch_ms()
+        bans: dict[str, Ban] = {}
+        refused: list[dict[str, Any]] = []
+        invalid: list[dict[str, Any]] = []
+        for index, entry in enumerate(entries):
+            try:
+                ban = _ban({"target": entry} if isinstance(entry, str) else entry, data, now)
+            except ValueError as exc:
+                invalid.append({"index": index, "error": str(exc)})
+                continue
+            refusal = policy.refusal(ban.target)
+            if refusal is not None and not force:
+                refused.append({"index": index, "target": ban.target, "reason": refusal})
+                continue
+            bans[ban.target] = ban
+        await self._store(self.bans.add_many(list(bans.values())), len(bans))
+        return _json({"banned": len(bans), "refused": refused, "invalid": invalid})
+
+    async def _remove_many(self, request: web.Request) -> web.Response:
+        data = await self._body(request)
+        targets = data.get("targets") if data is not None else None
+        if not isinstance(targets, list) or len(targets) > MAX_BULK:
+            return _json({"error": f'bad request: "targets" must be a list of at most {MAX_BULK} entries'}, 400)
+        valid: list[str] = []
+        invalid: list[dict[str, Any]] = []
+        for index, item in enumerate(targets):
+            try:
+                valid.append(canonical_target(item if isinstance(item, str) else ""))
+            except ValueError:
+                invalid.append({"index": index, "error": "not an IP address or CIDR"})
+        found = await self._store(self.bans.remove_many(valid), len(valid))
+        missing = sorted(set(valid) - set(found))
+        return _json({"removed": len(set(found)), "not_banned": missing, "invalid": invalid})
 
     async def _remove(self, request: web.Request) -> web.Response:
         try:
@@ -254,6 +313,35 @@ async def serve_admin(
     if token_file is not None:
         log.log(errorlog.NOTICE, "admin API token (generated) in %s", token_file)
     return api
+
+
+def _count(text: str | None, default: int, low: int, high: int) -> int:
+    if text is None or text == "":
+        return default
+    if not (text.isascii() and text.isdigit() and len(text) <= 10) or not low <= int(text) <= high:
+        raise ValueError("out of range")
+    return int(text)
+
+
+def _ban(entry: Any, defaults: dict[str, Any], now: int) -> Ban:
+    """One ban from a request entry (``for`` and ``reason`` default to the request's); ValueError names the field."""
+    if not isinstance(entry, dict):
+        raise ValueError("an entry must be an IP address or CIDR, or an object")
+    try:
+        target = canonical_target(entry["target"]) if isinstance(entry.get("target"), str) else ""
+    except ValueError:
+        target = ""
+    if not target:
+        raise ValueError('"target" must be an IP address or CIDR')
+    try:
+        duration_ms = parse_duration_ms(entry.get("for", defaults.get("for", "1h")))
+    except ValueError:
+        raise ValueError('"for" must be a duration such as 30s, 10m, 1h, or 0') from None
+    reason = entry.get("reason", defaults.get("reason", ""))
+    by = entry.get("by", defaults.get("by", "admin api"))
+    if not isinstance(reason, str) or not isinstance(by, str) or len(reason) > 200 or len(by) > 100:
+        raise ValueError('"reason" and "by" must be short strings')
+    return Ban(target=target, until_ms=now + duration_ms if duration_ms else 0, reason=reason, created_ms=now, by=by)
 
 
 def ban_view(ban: Ban) -> dict[str, Any]:

@@ -4,8 +4,9 @@
     gateway check [-c conf/limits.yaml]          like nginx -t: every error with file:line: key: reason
     gateway reload [-c ...]                      like nginx -s reload (through the admin API)
     gateway ban <ip|cidr> [--for 1h] [--reason TEXT] [--force] [-c ...]
-    gateway unban <ip|cidr> [-c ...]
-    gateway bans [-c ...]                        the bans in force
+    gateway ban --file blocklist.txt [--for 1d] [--reason feed] [--force]   one IP/CIDR a line; - = stdin
+    gateway unban <ip|cidr> | --file blocklist.txt [-c ...]
+    gateway bans [--match 10.0.0.0/8] [--reason TEXT] [--limit 100] [--offset 0] [--json] [-c ...]
     gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
     gateway --version
 
@@ -67,7 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     reload.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
 
     ban = sub.add_parser("ban", help="ban an IP address or CIDR on every route of every node")
-    ban.add_argument("target", help="an IP address or CIDR, e.g. 203.0.113.7 or 10.0.0.0/8")
+    ban.add_argument("target", nargs="?", help="an IP address or CIDR, e.g. 203.0.113.7 or 10.0.0.0/8")
+    ban.add_argument(
+        "--file",
+        metavar="PATH",
+        help="ban every address or CIDR of a blocklist: one a line, # comments, blank lines; - = stdin",
+    )
     ban.add_argument("--for", dest="duration", default="1h", help="how long: 30s, 10m, 1h, 1d; 0 = until unbanned")
     ban.add_argument("--reason", default="", help="why (shown by `gateway bans` and in the error log)")
     ban.add_argument(
@@ -78,12 +84,17 @@ def _parser() -> argparse.ArgumentParser:
     ban.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
 
     unban = sub.add_parser("unban", help="lift a ban")
-    unban.add_argument("target", help="the banned IP address or CIDR")
+    unban.add_argument("target", nargs="?", help="the banned IP address or CIDR")
+    unban.add_argument("--file", metavar="PATH", help="lift the bans of every line of a blocklist; - = stdin")
     unban.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
 
     bans = sub.add_parser("bans", help="list the bans in force")
     bans.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
     bans.add_argument("--json", action="store_true", help="print JSON")
+    bans.add_argument("--match", metavar="CIDR", help="only bans that overlap this address or network")
+    bans.add_argument("--reason", help="only bans with exactly this reason")
+    bans.add_argument("--limit", type=int, default=100, help="how many to show (default: %(default)s)")
+    bans.add_argument("--offset", type=int, default=0, help="how many to skip first (default: %(default)s)")
 
     demo = sub.add_parser("demo-upstream", help="run a small echo upstream to try the gateway with")
     demo.add_argument(

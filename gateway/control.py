@@ -5,6 +5,10 @@ node follows the shared list); otherwise they, and ``reload`` always, go to the
 running node's admin API, with ``admin.token`` or, when none is configured, the
 token the gateway wrote to ``admin.token_file``.
 
+``ban --file`` / ``unban --file`` read a blocklist (``gateway/blocklist.py``): the valid
+lines are applied (to Redis in pipelined chunks, or to the admin API 10,000 at a time);
+each skipped line is reported as ``gateway: FILE:LINE: why`` and the exit code is then 1.
+
 Any failure is one line on stderr (``gateway: ...``) and exit code 1, never a traceback.
 """
 
@@ -17,13 +21,14 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import aiohttp
 
 from gateway import admin_token
-from gateway.ban_policy import ban_refusal
+from gateway.ban_policy import BanPolicy, ban_refusal
 from gateway.bans import Ban, BanList, RedisBans, canonical_target, epoch_ms
+from gateway.blocklist import MAX_ERRORS_SHOWN, Blocklist, read_blocklist
 from gateway.config import load_config
 from gateway.config.schema import ConfigSpec
 from gateway.config.units import parse_duration_ms
@@ -31,6 +36,8 @@ from gateway.config.units import parse_duration_ms
 T = TypeVar("T")
 REDIS_TIMEOUT_S = 5.0  # one CLI command against Redis, connection included
 ADMIN_TIMEOUT_S = 15.0  # one call to the admin API (a reload parses the file)
+ADMIN_CHUNK = 10_000  # blocklist entries per admin API call
+LIST_BUDGET = 50_000  # `gateway bans` with Redis: the time budget of a write of this many entries (30 s)
 
 
 class ControlError(Exception):
@@ -59,40 +66,74 @@ async def _dispatch(args: argparse.Namespace, spec: ConfigSpec) -> int:
         print("reloaded")
         return 0
     if args.command == "ban":
-        return await _ban(args, spec)
+        return await (_ban_file(args, spec) if args.file is not None else _ban(args, spec))
     if args.command == "unban":
-        try:
-            target = canonical_target(args.target)
-        except ValueError as exc:
-            raise ControlError(str(exc)) from None
-        if spec.store.redis is not None:
-            found = await _with_redis(spec, lambda bans: bans.remove(target))
-        else:
-            reply = await _admin(spec, "DELETE", "/bans/" + quote(target, safe=""), {}, allow=(404,))
-            found = bool(reply.get("removed"))
-        print(f"unbanned {target}" if found else f"{target} was not banned")
-        return 0 if found else 1
-    # bans
+        return await (_unban_file(args, spec) if args.file is not None else _unban(args, spec))
+    return await _list(args, spec)
+
+
+def _one_target(args: argparse.Namespace) -> str:
+    if (args.target is None) == (args.file is None):
+        raise ControlError(f"{args.command}: give either an IP address or CIDR, or --file PATH")
+    try:
+        return canonical_target(args.target)
+    except ValueError as exc:
+        raise ControlError(str(exc)) from None
+
+
+async def _unban(args: argparse.Namespace, spec: ConfigSpec) -> int:
+    target = _one_target(args)
     if spec.store.redis is not None:
-        listed = [_view(b) for b in await _with_redis(spec, lambda bans: bans.list())]
+        found = await _with_redis(spec, lambda bans: bans.remove(target))
     else:
-        listed = await _admin(spec, "GET", "/bans")
+        reply = await _admin(spec, "DELETE", "/bans/" + quote(target, safe=""), {}, allow=(404,))
+        found = bool(reply.get("removed"))
+    print(f"unbanned {target}" if found else f"{target} was not banned")
+    return 0 if found else 1
+
+
+async def _list(args: argparse.Namespace, spec: ConfigSpec) -> int:
+    if args.limit < 1 or args.offset < 0:
+        raise ControlError("bans: --limit must be 1 or more and --offset 0 or more")
+    within = None
+    if args.match:
+        try:
+            within = canonical_target(args.match)
+        except ValueError as exc:
+            raise ControlError(f"bans --match: {exc}") from None
+    if spec.store.redis is not None:
+        total, page = await _with_redis(
+            spec,
+            lambda bans: bans.select(within=within, reason=args.reason, offset=args.offset, limit=args.limit),
+            LIST_BUDGET,  # reads the whole list (HSCAN, in chunks), each call bounded by the client's timeout
+        )
+        listed = [_view(b) for b in page]
+    else:
+        query = {"limit": str(min(args.limit, 100_000)), "offset": str(args.offset)}
+        if within:
+            query["match"] = within
+        if args.reason is not None:
+            query["reason"] = args.reason
+        listed, headers = await _admin_with_headers(spec, "GET", "/bans?" + urlencode(query))
+        total = int(headers.get("X-Total-Count", len(listed)))
     if args.json:
         print(json.dumps(listed, indent=1))
         return 0
     if not listed:
-        print("no bans in force")
+        print("no bans in force" if not total else f"{total} bans in force; none from offset {args.offset}")
         return 0
     print(f"{'TARGET':<40} {'REMAINING':>10}  REASON")
     for item in listed:
         remaining = "forever" if item["remaining_s"] is None else f"{item['remaining_s']}s"
         print(f"{item['target']:<40} {remaining:>10}  {item['reason']}")
+    first = args.offset + 1
+    print(f"{total} bans in force" + (f"; shown {first}-{first + len(listed) - 1}" if len(listed) < total else ""))
     return 0
 
 
 async def _ban(args: argparse.Namespace, spec: ConfigSpec) -> int:
+    target = _one_target(args)
     try:
-        target = canonical_target(args.target)
         duration = parse_duration_ms(args.duration)
     except ValueError as exc:
         raise ControlError(str(exc)) from None
@@ -110,13 +151,93 @@ async def _ban(args: argparse.Namespace, spec: ConfigSpec) -> int:
     return 0
 
 
+def _read_file(args: argparse.Namespace) -> Blocklist:
+    if args.target is not None:
+        raise ControlError(f"{args.command}: give either an IP address or CIDR, or --file PATH")
+    try:
+        return read_blocklist(args.file)
+    except OSError as exc:
+        raise ControlError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+
+
+def _report(path: str, problems: list[tuple[int, str]]) -> None:
+    """One line per skipped line (the first MAX_ERRORS_SHOWN), then how many more."""
+    name = "<stdin>" if path == "-" else path
+    for number, problem in sorted(problems)[:MAX_ERRORS_SHOWN]:
+        print(f"gateway: {name}:{number}: {_one_line(problem)}", file=sys.stderr)
+    if len(problems) > MAX_ERRORS_SHOWN:
+        print(f"gateway: {name}: {len(problems) - MAX_ERRORS_SHOWN} more lines skipped", file=sys.stderr)
+
+
+async def _ban_file(args: argparse.Namespace, spec: ConfigSpec) -> int:
+    blocklist = _read_file(args)
+    try:
+        duration = parse_duration_ms(args.duration)
+    except ValueError as exc:
+        raise ControlError(str(exc)) from None
+    problems = list(blocklist.errors)
+    if spec.store.redis is not None:
+        policy = BanPolicy(spec)
+        now = epoch_ms()
+        until = now + duration if duration else 0
+        bans = []
+        for number, target in blocklist.targets:
+            refusal = policy.refusal(target)
+            if refusal is not None and not args.force:
+                problems.append((number, f"ban refused: {refusal}; add --force to ban anyway"))
+                continue
+            bans.append(Ban(target, until, args.reason, now, "cli"))
+        await _with_redis(spec, lambda store: store.add_many(bans), len(bans))
+        applied = len(bans)
+    else:
+        applied = 0
+        for start in range(0, len(blocklist.targets), ADMIN_CHUNK):
+            chunk = blocklist.targets[start : start + ADMIN_CHUNK]
+            body = {
+                "bans": [target for _, target in chunk],
+                "for": args.duration,
+                "reason": args.reason,
+                "by": "cli",
+                "force": args.force,
+            }
+            reply = await _admin(spec, "POST", "/bans", body)
+            for item in reply.get("refused", []):
+                problems.append((chunk[item["index"]][0], f"ban refused by the gateway: {item['reason']}; add --force"))
+            for item in reply.get("invalid", []):
+                problems.append((chunk[item["index"]][0], str(item["error"])))
+            applied += int(reply.get("banned", 0))
+    _report(args.file, problems)
+    span = f"for {args.duration}" if duration else "until unbanned"
+    print(f"banned {applied} addresses and networks {span}" + (f"; {len(problems)} lines skipped" if problems else ""))
+    return 1 if problems else 0
+
+
+async def _unban_file(args: argparse.Namespace, spec: ConfigSpec) -> int:
+    blocklist = _read_file(args)
+    targets = [target for _, target in blocklist.targets]
+    if spec.store.redis is not None:
+        found = len(await _with_redis(spec, lambda bans: bans.remove_many(targets), len(targets)))
+    else:
+        found = 0
+        for start in range(0, len(targets), ADMIN_CHUNK):
+            reply = await _admin(spec, "POST", "/bans/remove", {"targets": targets[start : start + ADMIN_CHUNK]})
+            found += int(reply.get("removed", 0))
+    _report(args.file, blocklist.errors)
+    print(f"unbanned {found}; {len(targets) - found} were not banned" + _skipped(blocklist.errors))
+    return 1 if blocklist.errors else 0
+
+
+def _skipped(problems: list[tuple[int, str]]) -> str:
+    return f"; {len(problems)} lines skipped" if problems else ""
+
+
 def _view(ban: Ban) -> dict[str, Any]:
     from gateway.admin import ban_view
 
     return ban_view(ban)
 
 
-async def _with_redis(spec: ConfigSpec, action: Callable[[RedisBans], Awaitable[T]]) -> T:
+async def _with_redis(spec: ConfigSpec, action: Callable[[RedisBans], Awaitable[T]], entries: int = 0) -> T:
     """Run ``action`` on the shared ban list, bounded in time; any Redis failure is a ControlError."""
     from gateway.store.redis import connect
 
@@ -125,7 +246,7 @@ async def _with_redis(spec: ConfigSpec, action: Callable[[RedisBans], Awaitable[
     client = connect(redis_spec, max(2.0, redis_spec.timeout_ms / 1000))
     bans = RedisBans(client, redis_spec.prefix.encode(), BanList(), sync_interval_s=3600)
     try:
-        return await asyncio.wait_for(action(bans), REDIS_TIMEOUT_S)
+        return await asyncio.wait_for(action(bans), REDIS_TIMEOUT_S + entries / 10_000 * REDIS_TIMEOUT_S)
     except Exception as exc:
         detail = "no answer in time" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
         raise ControlError(f"cannot reach Redis (store.redis): {detail}") from None
@@ -149,6 +270,12 @@ def _token(spec: ConfigSpec) -> str:
 
 
 async def _admin(spec: ConfigSpec, method: str, path: str, body: Any = None, allow: tuple[int, ...] = ()) -> Any:
+    return (await _admin_with_headers(spec, method, path, body, allow))[0]
+
+
+async def _admin_with_headers(
+    spec: ConfigSpec, method: str, path: str, body: Any = None, allow: tuple[int, ...] = ()
+) -> tuple[Any, dict[str, str]]:
     if spec.admin.listen is None:
         raise ControlError("the admin API is off (admin.listen) and there is no Redis store to act on")
     host, port = spec.admin.listen
@@ -165,6 +292,7 @@ async def _admin(spec: ConfigSpec, method: str, path: str, body: Any = None, all
             async with session.request(method, url, data=data, headers=headers) as resp:
                 text = await resp.text(errors="replace")
                 status = resp.status
+                headers = dict(resp.headers)
     except (aiohttp.ClientError, TimeoutError) as exc:
         detail = "no answer in time" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
         raise ControlError(f"cannot reach the admin API at {host}:{port} ({detail}); is the gateway running?") from None
@@ -181,7 +309,7 @@ async def _admin(spec: ConfigSpec, method: str, path: str, body: Any = None, all
         raise ControlError(f"admin API answered {status}: {message}")
     if reply is None:
         raise ControlError(f"admin API answered {status} with a body that is not JSON")
-    return reply
+    return reply, headers
 
 
 def _one_line(text: str) -> str:

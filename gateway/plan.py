@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.banlist import CidrSet, net_key
 from gateway.config.schema import ConfigSpec, RouteSettings, ZoneSpec
 from gateway.keys import KeyFn, compile_key
 from gateway.proxy.spool import BufferPolicy
-from gateway.realip import NetworkSet, RealIp
+from gateway.realip import Network, RealIp
 from gateway.routing import Location, LocationTable
 
 # nginx's "nodelay": the delay threshold is never reached.
@@ -86,8 +87,8 @@ class CompiledConfig:
     routes: tuple[RoutePlan, ...]
     table: LocationTable[RoutePlan]
     realip: RealIp
-    allow: NetworkSet
-    deny: NetworkSet
+    allow: CidrSet  # access.allow and allow_file: one set probe per prefix length, like the bans
+    deny: CidrSet
 
 
 def _pick(route: RouteSettings, defaults: RouteSettings, name: str, fallback: object) -> object:
@@ -145,8 +146,8 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
         routes=tuple(routes),
         table=LocationTable([(plan.location, plan) for plan in routes]),
         realip=RealIp(spec.real_ip.trusted, spec.real_ip.header, spec.real_ip.recursive),
-        allow=NetworkSet(spec.access.allow),
-        deny=NetworkSet(spec.access.deny),
+        allow=_cidr_set(spec.access.allow, spec.access.allow_from_file),
+        deny=_cidr_set(spec.access.deny, spec.access.deny_from_file),
     )
 
 
@@ -161,6 +162,11 @@ def _buffers(s: RouteSettings, d: RouteSettings, temp_path: str | None) -> Buffe
         max_temp_file_size=int(_pick(s, d, "proxy_max_temp_file_size", defaults.max_temp_file_size)),  # type: ignore[call-overload]
         temp_path=temp_path,
     )
+
+
+def _cidr_set(inline: tuple[Network, ...], from_file: tuple[str, ...]) -> CidrSet:
+    keys = [(n.version, n.prefixlen, int(n.network_address)) for n in inline]
+    return CidrSet(keys + [net_key(target) for target in from_file])
 
 
 def _policy(req: tuple[ReqLimit, ...], count: tuple[CountLimit, ...], conn: tuple[ConnLimit, ...]) -> str:

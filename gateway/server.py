@@ -26,7 +26,7 @@ from gateway import errorlog
 from gateway.accesslog import AccessLog, LogSink, aiohttp_logger_class
 from gateway.admin import AdminApi, serve_admin
 from gateway.background import spawn
-from gateway.bans import BanList, LocalBans, RedisBans
+from gateway.bans import BanList, LocalBans, RedisBans, WorkerBans, run_expiry
 from gateway.config.offloop import load_config_off_loop, release_off_loop
 from gateway.edge import EdgeServer, edge_settings, set_server_tokens
 from gateway.errors import ConfigErrors
@@ -63,6 +63,7 @@ class GatewayServer:
         self.runner: web.ServerRunner | None = None
         self.edge: EdgeServer | None = None
         self.stopped = asyncio.Event()
+        self._expiry: asyncio.Task[Any] | None = None  # a worker's own sweep of ended bans
         self._stopping = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -71,7 +72,8 @@ class GatewayServer:
         if starter is not None:
             await starter()
         if isinstance(self.store, SharedStoreClient):
-            self.store.on_bans = self.banlist.replace
+            self.store.on_bans = WorkerBans(self.banlist).apply
+            self._expiry = spawn(run_expiry(self.banlist))
         self.bans = open_bans(self.config.spec, self.store, self.banlist, follow=True)
         if self.bans is not None:
             await self.bans.start()
@@ -113,7 +115,7 @@ class GatewayServer:
         )
 
     def status(self) -> dict[str, Any]:
-        return node_status(self.config, self.store, self.banlist)
+        return node_status(self.config, self.store, self.banlist, self.bans)
 
     @property
     def bound_addresses(self) -> list[tuple[str, int]]:
@@ -147,6 +149,8 @@ class GatewayServer:
                 await self.admin.close()
             if self.bans is not None:
                 await self.bans.close()
+            if self._expiry is not None:
+                self._expiry.cancel()
             await self.upstreams.close()
             await self.store.close()
         finally:
@@ -213,13 +217,17 @@ async def _close_later(pools: list[UpstreamPool]) -> None:
         await pool.close()
 
 
-def node_status(config: CompiledConfig, store: Any, banlist: BanList) -> dict[str, Any]:
+def node_status(
+    config: CompiledConfig, store: Any, banlist: BanList, bans: LocalBans | RedisBans | None = None
+) -> dict[str, Any]:
     """What /status reports about this node's limits."""
     status: dict[str, Any] = {
         "store": getattr(store, "kind", "redis"),
         "routes": len(config.routes),
         "bans": len(banlist),
     }
+    if bans is not None:
+        status["ban_list"] = bans.status()  # count, and when it was last known current
     breaker = getattr(store, "breaker", None)
     if breaker is not None:
         status["redis_circuit"] = "open" if breaker.open else "closed"

@@ -29,7 +29,7 @@ from typing import Any
 from gateway import errorlog
 from gateway.admin import serve_admin
 from gateway.background import spawn
-from gateway.bans import BanList, LocalBans
+from gateway.bans import BanList, LocalBans, RedisBans
 from gateway.config.offloop import load_config_off_loop, release_off_loop
 from gateway.errors import ConfigErrors
 from gateway.overrides import Overrides
@@ -61,6 +61,7 @@ class Supervisor:
         self.workers: dict[int, asyncio.subprocess.Process] = {}
         self.store: MemoryStore | None = None
         self.banlist = BanList()
+        self._bans: LocalBans | RedisBans | None = None
         self._tmpdir = ""
         self.stopping = False
         self.done = asyncio.Event()
@@ -68,7 +69,7 @@ class Supervisor:
     async def run(self) -> int:
         shared = None
         spec = self.config.spec
-        bans = open_bans(spec, None, self.banlist, follow=False)
+        bans = self._bans = open_bans(spec, None, self.banlist, follow=False)
         if spec.store.redis is None:
             # One embedded store for the whole node, served to the workers.
             self._tmpdir = tempfile.mkdtemp(prefix="gateway-")
@@ -80,6 +81,8 @@ class Supervisor:
             self.extra_env[SOCKET_ENV] = path
             if isinstance(bans, LocalBans):
                 bans.listeners.append(shared.push_bans)
+        if bans is not None:
+            await bans.start()
         admin = None
         if bans is not None and spec.admin.listen is not None:
             admin = await serve_admin(
@@ -102,7 +105,7 @@ class Supervisor:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     def status(self) -> dict[str, Any]:
-        status = node_status(self.config, self.store, self.banlist)
+        status = node_status(self.config, self.store, self.banlist, self._bans)
         status["workers"] = sorted(proc.pid for proc in self.workers.values())
         if self.config.spec.store.redis is not None:
             status["store"] = "redis"

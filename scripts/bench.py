@@ -14,12 +14,19 @@ Targets:
   gateway+log   the same with the access log on (combined format, to /dev/null)
   gateway+req   one limit_req zone (embedded store) that never rejects
   gateway+redis the same zone on a Redis store (a redis-server started for the run)
+  gateway+bans  "gateway" with 100,000 manual bans loaded (IPv4 /32, /24, /16; IPv6 /128, /64),
+                through the admin API with `gateway ban --file`; wrk's address is not banned,
+                so every request walks the ban table (one dict probe per prefix length present)
+
+    .venv/bin/python scripts/bench.py --targets gateway,gateway+bans   # the bans' cost, side by side
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
+import random
 import re
 import shutil
 import signal
@@ -84,11 +91,17 @@ http {{ access_log off; client_body_temp_path {tmp}/nginx; proxy_temp_path {tmp}
     return proc, port, kind
 
 
-def gateway_config(port: int, upstream: int, *, log: bool, limit: bool, redis_port: int = 0) -> str:
+BAN_TOKEN = "bench-token-0123456789"
+
+
+def gateway_config(
+    port: int, upstream: int, *, log: bool, limit: bool, redis_port: int = 0, admin_port: int = 0
+) -> str:
+    admin = f"{{listen: 127.0.0.1:{admin_port}, token: {BAN_TOKEN}}}" if admin_port else "{listen: off}"
     text = f"""
 listen: 127.0.0.1:{port}
 workers: 1
-admin: {{listen: off}}
+admin: {admin}
 log: {{access: {"/dev/null" if log else "off"}, format: combined}}
 upstreams:
   app: {{servers: [127.0.0.1:{upstream}], keepalive: 128}}
@@ -127,6 +140,36 @@ def start_redis(tmp: Path) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
+def blocklist(path: Path, count: int = 100_000) -> Path:
+    """``count`` distinct CIDRs, none covering 127.0.0.0/8 (wrk's address)."""
+    rng = random.Random(13)
+    kinds = ((32, 40), (24, 20), (16, 5), (128, 20), (64, 15))  # prefix length, share in %
+    out: dict[str, None] = {}
+    for plen, share in kinds:
+        goal = len(out) + count * share // 100
+        while len(out) < goal:
+            if plen <= 32:
+                first = rng.choice([n for n in range(11, 224) if n != 127])
+                value = ((first << 24) | rng.getrandbits(24)) >> (32 - plen) << (32 - plen)
+                out[f"{ipaddress.IPv4Address(value)}/{plen}"] = None
+            else:
+                value = ((0x20010DB8 << 96) | rng.getrandbits(96)) >> (128 - plen) << (128 - plen)
+                out[f"{ipaddress.IPv6Address(value)}/{plen}"] = None
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def load_bans(conf: Path, tmp: Path) -> None:
+    started = time.monotonic()
+    subprocess.run(
+        [PY, "-m", "gateway", "ban", "--file", str(blocklist(tmp / "blocklist.txt")), "--for", "0", "-c", str(conf)],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    print(f"gateway+bans: 100,000 bans loaded in {time.monotonic() - started:.1f} s", flush=True)
+
+
 def target_command(name: str, tmp: Path, upstream: int, redis_port: int = 0) -> tuple[list[str], int]:
     """The command line that runs target ``name`` on a free port, and that port."""
     port = free_port()
@@ -140,6 +183,7 @@ def target_command(name: str, tmp: Path, upstream: int, redis_port: int = 0) -> 
             log=name == "gateway+log",
             limit=name in ("gateway+req", "gateway+redis"),
             redis_port=redis_port if name == "gateway+redis" else 0,
+            admin_port=free_port() if name == "gateway+bans" else 0,
         )
     )
     return [PY, "-m", "gateway", "run", "-c", str(conf)], port
@@ -149,6 +193,8 @@ def start_target(name: str, tmp: Path, upstream: int, redis_port: int = 0) -> tu
     cmd, port = target_command(name, tmp, upstream, redis_port)
     proc = subprocess.Popen(pin("0") + cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
     wait_port(port)
+    if name == "gateway+bans":
+        load_bans(tmp / f"{name}.yaml", tmp)
     return proc, port
 
 

@@ -40,25 +40,18 @@ def open_bans(spec: ConfigSpec, store: Store | None, banlist: BanList, *, follow
     """
     redis_spec = spec.store.redis
     if redis_spec is not None:
-        from gateway.store.redis import RedisStore, connect
+        from gateway.ban_redis import SYNC_TIMEOUT_S
+        from gateway.store.redis import connect
 
-        interval = spec.bans.sync_interval_ms / 1000
-        if isinstance(store, RedisStore):
-            return RedisBans(
-                store.client,
-                store.prefix,
-                banlist,
-                sync_interval_s=interval,
-                subscriber=store.subscriber if follow else None,
-                timeout_s=max(1.0, store.timeout),
-            )
-        client = connect(redis_spec, max(1.0, redis_spec.timeout_ms / 1000))
+        # Its own connections and deadline: reading a long list must not wait on, nor be cut
+        # short by, the request path's timeout.
         return RedisBans(
-            client,
+            connect(redis_spec, SYNC_TIMEOUT_S),
             redis_spec.prefix.encode(),
             banlist,
-            sync_interval_s=interval,
+            sync_interval_s=spec.bans.sync_interval_ms / 1000,
             subscriber=(lambda: connect(redis_spec, None)) if follow else None,
+            owns_client=True,
         )
     if os.environ.get(SOCKET_ENV):
         return None  # a worker: the master owns the bans and pushes them here

@@ -12,7 +12,9 @@ Wire format: frames of a 4-byte big-endian length and a ``marshal``-encoded tupl
                        (CONN, req_id, desc_id, conn_keys)
                        (RELEASE, lease_id)
     master -> worker   (req_id, verdict tuple) or (req_id, None, error text)
-                       (0, [ban JSON, ...])   the node's manual bans, on connect and on change
+                       (0, [ban JSON, ...], [target, ...], part)   manual bans added, removed:
+                       part 0 = a change; on connect, the whole list as parts 1 ... then an
+                       empty part 2 (the worker then drops what the list no longer holds)
 
 Slots taken for a worker are leases; if the worker's connection drops (it died),
 the master releases everything it held.
@@ -24,7 +26,7 @@ import asyncio
 import contextlib
 import marshal
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,8 @@ from gateway.store.memory import MemoryStore
 DEFINE, ADMIT, CONN, RELEASE = 1, 2, 3, 4
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024
+BANS_PER_FRAME = 500  # a worker applies one frame in a few ms, then serves again
+CHANGE, SNAPSHOT, SNAPSHOT_END = 0, 1, 2
 
 
 # -- the limit description a worker sends once per route ---------------------------------------
@@ -129,6 +133,13 @@ def _frame(message: tuple[Any, ...]) -> bytes:
     return _HEADER.pack(len(data)) + data
 
 
+def _ban_frames(adds: list[str], removes: list[str], part: int) -> Iterator[bytes]:
+    for i in range(0, max(len(adds), 1), BANS_PER_FRAME):
+        yield _frame((0, adds[i : i + BANS_PER_FRAME], removes[:BANS_PER_FRAME] if i == 0 else [], part))
+    for i in range(BANS_PER_FRAME, len(removes), BANS_PER_FRAME):
+        yield _frame((0, [], removes[i : i + BANS_PER_FRAME], part))
+
+
 # -- master side -----------------------------------------------------------------------------------
 
 
@@ -141,14 +152,22 @@ class SharedStoreServer:
         self._server: asyncio.AbstractServer | None = None
         self._next_lease = 1
         self._writers: set[asyncio.StreamWriter] = set()
-        self._bans: list[str] = []
+        self._bans: dict[str, str] = {}  # target -> ban JSON: what a worker gets when it connects
 
-    def push_bans(self, bans: Sequence[Ban]) -> None:
-        """Send the node's ban list to every worker (they only ever read their copy)."""
-        self._bans = [ban.to_json() for ban in bans]
-        frame = _frame((0, self._bans))
-        for writer in list(self._writers):
-            writer.write(frame)
+    def push_bans(self, added: Sequence[Ban], removed: Sequence[str]) -> None:
+        """Send one change of the node's ban list to every worker (they only ever read their copy)."""
+        adds = [ban.to_json() for ban in added]
+        for ban, text in zip(added, adds, strict=True):
+            self._bans[ban.target] = text
+        for target in removed:
+            self._bans.pop(target, None)
+        for frame in _ban_frames(adds, list(removed), CHANGE):
+            for writer in list(self._writers):
+                writer.write(frame)
+
+    def _snapshot(self) -> Iterator[bytes]:
+        yield from _ban_frames(list(self._bans.values()), [], SNAPSHOT)
+        yield _frame((0, [], [], SNAPSHOT_END))
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, path=self.path)
@@ -163,7 +182,8 @@ class SharedStoreServer:
         leases: dict[int, ConnDecision] = {}
         store = self.store
         self._writers.add(writer)
-        writer.write(_frame((0, self._bans)))
+        for frame in self._snapshot():
+            writer.write(frame)
         try:
             while True:
                 message = await _read_frame(reader)
@@ -226,7 +246,7 @@ class SharedStoreClient:
         self._reconnect_task: asyncio.Task[None] | None = None
         self._abandoned: dict[int, int] = {}  # request id -> kind, for replies nobody waits for
         self._closing = False
-        self.on_bans: Callable[[list[Ban]], None] | None = None
+        self.on_bans: Callable[[list[Ban], list[str], int], None] | None = None
 
     def configure(self, zones: Any) -> None:
         """Zones live in the master, which reloads before it signals the workers."""
@@ -251,7 +271,8 @@ class SharedStoreClient:
                 message = await _read_frame(self._reader)
                 if message[0] == 0:
                     if self.on_bans is not None:
-                        self.on_bans([Ban.from_json(text) for text in message[1]])
+                        self.on_bans([Ban.from_json(text) for text in message[1]], message[2], message[3])
+                        await asyncio.sleep(0)  # one frame at a time: serve between two
                     continue
                 future = self._pending.pop(message[0], None)
                 if future is not None and not future.done():
