@@ -83,7 +83,7 @@ class EdgeServer(web.Server):
 
 
 class EdgeProtocol(RequestHandler):
-    __slots__ = ("_at_boundary", "_edge", "_held", "_ip_key", "_refused", "_renames", "_settings")
+    __slots__ = ("_at_boundary", "_edge", "_fed", "_held", "_ip_key", "_refused", "_renames", "_settings")
 
     def __init__(self, manager: EdgeServer, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -93,6 +93,7 @@ class EdgeProtocol(RequestHandler):
         self._refused = False
         self._at_boundary = True  # the next byte starts a request
         self._held = b""  # the start of a request line, kept until its method is whole
+        self._fed = 0  # bytes parsed since the packet that completed the last request
         # The real methods of the next parsed requests, in order (None: not renamed).
         self._renames: collections.deque[str | None] = collections.deque()
 
@@ -175,15 +176,20 @@ class EdgeProtocol(RequestHandler):
         if self._held:
             data, self._held = self._held + data, b""
         if self._at_boundary and data:
-            scan = requestline.scan(data)
-            if scan.http09:
-                self._queue_error(400, "HTTP/0.9 request")
-                return
-            self._renames.extend(scan.methods)
-            data, held = scan.data, scan.held
-            if not data:
-                self._held = held
-                return
+            if requestline.single_known_request(data):
+                if self._renames:  # keep the queue in step with the requests (None: not renamed)
+                    self._renames.append(None)
+            else:
+                scan = requestline.scan(data)
+                if scan.http09:
+                    self._queue_error(400, "HTTP/0.9 request")
+                    return
+                self._renames.extend(scan.methods)
+                data, held = scan.data, scan.held
+                if not data:
+                    self._held = held
+                    return
+        fed = self._fed + len(data)
         assert self._parser is not None
         try:
             messages, upgraded, tail = self._parser.feed_data(data)
@@ -197,7 +203,9 @@ class EdgeProtocol(RequestHandler):
                 # when the response is sent, and that is the idle connection's whole budget.
                 self._keepalive_handle.cancel()
                 self._keepalive_handle = None
-            messages = self._adjust(messages)
+            messages = self._adjust(messages, fed)
+            # Counted from this packet on (more than what is left of it: a bound, not a measure).
+            self._fed = len(data)
             # The parser is between requests if the last one has no body and the packet ends
             # with its header, and the message queue did not make it pause (keeping a tail).
             self._at_boundary = (
@@ -205,8 +213,10 @@ class EdgeProtocol(RequestHandler):
                 and data.endswith(b"\r\n\r\n")
                 and len(self._messages) + len(messages) < MAX_MSG_QUEUE_SIZE - 1
             )
-        elif data.strip(b"\r\n"):
-            self._at_boundary = False
+        else:
+            self._fed = fed
+            if data.strip(b"\r\n"):
+                self._at_boundary = False
         if held:  # what was fed ended with whole requests without a body: the held bytes start one
             self._held = held
             self._at_boundary = True
@@ -222,24 +232,30 @@ class EdgeProtocol(RequestHandler):
         if upgraded and tail:
             self._message_tail = tail
 
-    def _adjust(self, messages: Any) -> list[Any]:
-        """Put back a renamed method; apply keep-alive and the whole-header size limit."""
-        out = []
+    def _adjust(self, messages: Any, fed: int) -> list[Any]:
+        """Put back a renamed method; apply keep-alive and the whole-header size limit
+        (measured only when ``fed``, the bytes these headers came in, could exceed it)."""
         settings = self._settings
+        renames = self._renames
         header_limit = settings.header_buffer_size * settings.header_buffers
+        close_all = not settings.keepalive_timeout_s
+        if not renames and not close_all and fed <= header_limit:
+            return messages if isinstance(messages, list) else list(messages)  # the usual case
+        out = []
         for message, payload in messages:
             if isinstance(message, _ErrInfo):
                 out.append((message, payload))
                 continue
-            rename = self._renames.popleft() if self._renames else None
+            rename = renames.popleft() if renames else None
             if rename is not None:
                 message = message._replace(method=rename)
-            size = len(message.path) + sum(len(name) + len(value) + 4 for name, value in message.raw_headers)
-            if size > header_limit:
-                error = HttpProcessingError(code=431, message="request header too large")
-                out.append((_ErrInfo(status=431, exc=error, message=error.message), payload))
-                continue
-            if not settings.keepalive_timeout_s and not message.should_close:
+            if fed > header_limit:
+                size = len(message.path) + sum(len(name) + len(value) + 4 for name, value in message.raw_headers)
+                if size > header_limit:
+                    error = HttpProcessingError(code=431, message="request header too large")
+                    out.append((_ErrInfo(status=431, exc=error, message=error.message), payload))
+                    continue
+            if close_all and not message.should_close:
                 message = message._replace(should_close=True)
             out.append((message, payload))
         return out

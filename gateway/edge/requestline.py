@@ -71,6 +71,16 @@ class Scan:
     http09: bool = False  # an HTTP/0.9 request line
 
 
+def single_known_request(data: bytes) -> bool:
+    """The usual packet, which needs no scan: one request with a method the parser knows,
+    an HTTP/1.x request line, ending with the end of its header."""
+    space = data.find(b" ", 0, MAX_METHOD + 1)
+    if space <= 0 or data[:space] not in PARSER_METHODS:
+        return False
+    end = data.find(b"\r\n\r\n", space)
+    return end == len(data) - 4 and data.find(b" HTTP/", space, data.find(b"\n", space)) > 0
+
+
 def scan(data: bytes) -> Scan:
     """Look at ``data``, which starts a request (after optional empty lines).
 
