@@ -57,3 +57,23 @@ def test_bad_zone_or_use_is_an_error_with_a_message(zone, use, message):
     with pytest.raises(ConfigErrors) as info:
         load_config_text(cfg(zone, use))
     assert message in str(info.value)
+
+
+def test_reload_from_fixed_to_sliding_window_starts_the_zone_afresh():
+    from gateway.store.memory import MemoryStore
+
+    def load(window_type: str):
+        return load_config_text(
+            "zones:\n  q: {type: count, key: $arg_k, limit: 2, window: 1h, window_type: " + window_type + "}\n"
+            "upstreams: {app: {servers: [127.0.0.1:9]}}\nroutes:\n  - {location: /, upstream: app, limits: [{zone: q}]}\n"
+        )
+
+    store = MemoryStore(clock_ms=lambda: 10**9)
+    fixed = load("fixed")
+    store.configure(fixed.spec.zones)
+    for _ in range(2):
+        store.decide(fixed.routes[0], [], [b"k"], [])
+    sliding = load("sliding")
+    store.configure(sliding.spec.zones)
+    verdict = store.decide(sliding.routes[0], [], [b"k"], [])
+    assert verdict.count_rejected == -1 and verdict.count_used == [1]  # not the fixed window's packed int

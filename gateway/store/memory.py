@@ -260,6 +260,7 @@ def _same_keys(old: ZoneSpec, new: ZoneSpec) -> bool:
     """Whether a reloaded zone's keys mean what they meant: then its state is kept."""
     return (
         old.type == new.type
+        and old.window_type == new.window_type  # a fixed and a sliding count pack their state differently
         and old.key == new.key
         and old.max_key == new.max_key
         and old.ipv6_prefix == new.ipv6_prefix
