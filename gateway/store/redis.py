@@ -737,10 +737,16 @@ def _quota(limit: Any) -> int | None:
     return int(limit.rate_text.split("r/")[0]) if limit.type == "token" else None
 
 
-def _undo_kind(limit: Any, cost: int, now_ms: int) -> str:
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _undo_kind(limit: Any, cost: int, now_ms: int, fields: list[Any]) -> str:
     """undo.lua's kind for a committed algo key."""
     if limit.type == "gcra":
         return f"g{limit.gcra.emission_ns * cost}:{now_ms}"
+    if limit.type == "token":
+        return f"t{_text(fields[6])}|{_text(fields[7])}"  # the value before, if it still holds ours
     return "n"  # sliding_log: remove the request's member, like a conn lease
 
 
@@ -772,13 +778,13 @@ class _Reply:
         pos += 2 + len(self.conn_items)
         self.algo_items = [i for kd, i, _, _ in part if kd == "g"]
         self.algo_fail = reply[pos]
-        self._algo = [reply[pos + 1 + 6 * a : pos + 7 + 6 * a] for a in range(len(self.algo_items))]
+        self._algo = [reply[pos + 1 + 8 * a : pos + 9 + 8 * a] for a in range(len(self.algo_items))]
         self._quota = [_quota(route.limit_algo[i]) for i in self.algo_items]
         # what undo.lua takes back from each passed algo key: (key, undo kind)
         self.algo_undo = [
-            (key, _undo_kind(route.limit_algo[i], costs[i], now_ms))
+            (key, _undo_kind(route.limit_algo[i], costs[i], now_ms, fields))
             for (_, i, key, _), fields in zip([p for p in part if p[0] == "g"], self._algo, strict=True)
-            if fields[0] == 0 and costs[i] > 0 and route.limit_algo[i].type != "token"
+            if fields[0] == 0 and costs[i] > 0
         ]
         self.now_ms = now_ms
 

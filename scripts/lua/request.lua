@@ -24,8 +24,9 @@ ARGV: now_ms, member, costs (the algo zones' costs, comma-separated),
 Reply: {rc, fail_index, fail_excess, ban_ms, delay_ms, delay_index,
         req excess x n_req, count_fail, used x n_count, reset_ms x n_count,
         conn_done, conn_fail, conn count x n_conn,
-        algo_fail, then 6 fields x n_algo: limited, limit, remaining, retry_after_s, reset_s,
-        delay_ms (gcra: CL.THROTTLE's reply and 0; -1 x 6 when not evaluated)}
+        algo_fail, then 8 fields x n_algo: limited, limit, remaining, retry_after_s, reset_s,
+        delay_ms, then for token the key's value before and after ('' otherwise: undo.lua
+        restores it on a cluster) (gcra: CL.THROTTLE's reply; -1 x 6 when not evaluated)}
   A token zone's delay holds back the limit_conn leases like a limit_req delay.
   rc: 1 OK, 2 BUSY, 3 FORBIDDEN; indexes are 1-based, 0 for none.
 ]]
@@ -128,6 +129,7 @@ local algo_going = (rc == 1 and count_fail == 0) or dry
 local algo_base = n_req + n_count + n_conn
 local algo_kind, algo_p, algo_expire = {}, {}, {}
 local algo_delay = 0
+local reply_before, reply_after
 for a = 1, n_algo do
   local kind = tonumber(ARGV[arg])
   local p1, p2, p3 = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]), tonumber(ARGV[arg + 3])
@@ -135,11 +137,14 @@ for a = 1, n_algo do
   arg = arg + 4
   if algo_going then
     local limited, reply, store
+    reply_before, reply_after = '', ''
     if kind == 1 then
       limited, reply, store = gcra_peek(KEYS[algo_base + a], now, p1, p2, costs[a])
       reply[6] = 0
     elseif kind == 3 then
+      reply_before = redis.call('GET', KEYS[algo_base + a]) or ''
       limited, reply, store, algo_expire[a] = token_peek(KEYS[algo_base + a], now, p1, p2, p3)
+      reply_after = store or ''
       store = store or -1
       if not limited and reply[6] > algo_delay then
         algo_delay = reply[6]
@@ -149,6 +154,7 @@ for a = 1, n_algo do
       reply[6] = 0
       store = 0
     end
+    reply[7], reply[8] = reply_before, reply_after
     algo_replies[a] = reply
     if limited then
       if algo_fail == 0 then
@@ -235,8 +241,8 @@ for k = 1, n_conn do
 end
 reply[#reply + 1] = algo_fail
 for a = 1, n_algo do
-  local fields = algo_replies[a] or {-1, -1, -1, -1, -1, -1}
-  for f = 1, 6 do
+  local fields = algo_replies[a] or {-1, -1, -1, -1, -1, -1, '', ''}
+  for f = 1, 8 do
     reply[#reply + 1] = fields[f]
   end
 end

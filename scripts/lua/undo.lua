@@ -7,6 +7,7 @@ the committed group is undone here (like resty.limit.req's uncommit):
   c  limit_count key: used - 1, window kept (sliding: the current window's count - 1)
   n  limit_conn key:  the request's lease removed
   g<increment_ns>:<now_ms>  gcra key: TAT - increment, not below now
+  t<before>|<after>  token key: back to <before> if it still holds <after> (nothing else took a permit)
 
   EVALSHA <sha> <n> <keys...> <member> <kind per key...>
 ]]
@@ -42,6 +43,15 @@ for i, key in ipairs(KEYS) do
     end
   elseif kind == 'n' then
     redis.call('ZREM', key, member)
+  elseif string.sub(kind, 1, 1) == 't' then
+    local before, after = string.match(kind, '^t([^|]*)|(.+)$')
+    if after and redis.call('GET', key) == after then
+      if before == '' then
+        redis.call('DEL', key)
+      else
+        redis.call('SET', key, before, 'KEEPTTL')
+      end
+    end
   elseif string.sub(kind, 1, 1) == 'g' then
     local increment, now = string.match(kind, '^g(%d+):(%d+)$')
     if increment then

@@ -152,3 +152,21 @@ async def test_a_waiting_request_takes_its_conn_slot_after_the_wait(store, clock
     waiting = await s.hit("/c", 0)
     assert waiting.verdict.algo[0].delay_ms == 500
     assert waiting.verdict.conn is None  # taken after the wait, as after a limit_req delay
+
+
+async def test_rejected_by_limit_req_takes_no_permit(store, clock):
+    # on a cluster the req key and the token key sit in different slots: the token's
+    # group commits, the req group rejects, and the permit is given back (undo.lua)
+    s = Scenario(
+        store,
+        clock,
+        token_config(
+            "10r/s",
+            routes="\n  - {location: /both, upstream: app, limits: [{zone: rate}, {zone: bucket}]}",
+            zones="\n  rate: {type: req, key: $arg_k, rate: 1r/m}",
+        ),
+    )
+    first = await s.hit("/both", 0)
+    assert first.req == "PASSED" and first.verdict.algo[0].remaining == 9  # 10 stored, one taken
+    assert (await s.hit("/both", 0)).req == "REJECTED"
+    assert (await s.hit("/", 0)).verdict.algo[0].remaining == 8  # the rejected request took none
