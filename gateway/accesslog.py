@@ -49,6 +49,9 @@ JSON_FIELDS = (
     "limit_req_status",
     "limit_conn_status",
     "limit_count_status",
+    "limit_gcra_status",
+    "limit_sliding_log_status",
+    "limit_token_status",
     "route",
 )
 
@@ -156,6 +159,9 @@ _GETTERS: dict[str, Callable[[Fields], str]] = {
     "limit_req_status": _ctx("limit_req_status"),
     "limit_conn_status": _ctx("limit_conn_status"),
     "limit_count_status": _ctx("limit_count_status"),
+    "limit_gcra_status": _ctx("limit_gcra_status"),
+    "limit_sliding_log_status": _ctx("limit_sliding_log_status"),
+    "limit_token_status": _ctx("limit_token_status"),
     "route": lambda f: str(f.ctx.route.location) if f.ctx is not None and f.ctx.route is not None else "",
     "server_port": _ctx("server_port"),
     "scheme": _ctx("scheme"),
@@ -168,7 +174,8 @@ _VAR = VARIABLE
 _SAFE = frozenset(
     {"remote_addr", "realip_remote_addr", "time_local", "time_iso8601", "msec", "status", "body_bytes_sent",
      "request_time", "upstream_status", "upstream_response_time", "limit_req_status", "limit_conn_status",
-     "limit_count_status", "server_port", "scheme", "pid", "request_method", "server_protocol"}
+     "limit_count_status", "limit_gcra_status", "limit_sliding_log_status", "limit_token_status",
+     "server_port", "scheme", "pid", "request_method", "server_protocol"}
 )  # fmt: skip
 
 

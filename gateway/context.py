@@ -24,7 +24,10 @@ class RequestContext:
         "host",
         "limit_conn_status",
         "limit_count_status",
+        "limit_gcra_status",
         "limit_req_status",
+        "limit_sliding_log_status",
+        "limit_token_status",
         "logged",
         "method",
         "peer",
@@ -87,6 +90,9 @@ class RequestContext:
         self.limit_req_status = ""
         self.limit_conn_status = ""
         self.limit_count_status = ""
+        self.limit_gcra_status = ""
+        self.limit_sliding_log_status = ""
+        self.limit_token_status = ""
         self.body_bytes_sent = -1
         self.logged = False
         self.extra: dict[str, str] | None = None

@@ -19,6 +19,20 @@ RateLimit header mapping (documented in the README):
   limit_count policy ``"zone";q=limit;w=window``; ``r`` = limit - used; ``t`` = seconds to the
               end of the window;
   limit_conn  policy ``"zone";q=max;qu="concurrent-requests"``; ``r`` = max - in flight.
+  gcra        policy ``"zone";q=burst+1;w=seconds to fill burst+1``; ``r`` = CL.THROTTLE's
+              remaining, ``t`` = its reset_after; ``Retry-After`` = its retry_after.
+  token       policy ``"zone";q=N;w=period`` for ``N r/period``; ``r`` = whole permits stored,
+              ``t`` = seconds until the bucket is full; ``Retry-After`` = until a request
+              would wait no more than ``max_delay``.
+  sliding_log policy ``"zone";q=limit;w=window``; ``r`` = limit - logged requests, ``t`` =
+              seconds until the newest slides out; ``Retry-After`` = until the oldest does.
+
+Status variables of the newer algorithms: ``$limit_gcra_status``, ``$limit_sliding_log_status``,
+``$limit_token_status`` (PASSED, DELAYED, REJECTED and their _DRY_RUN forms).
+A token zone's wait is applied like a limit_req delay (the longest of them wins).
+The zones of the newer algorithms (``limits:`` entries of type gcra, sliding_log) reject with
+``limit_count_status`` (429 by default); a ``cost`` variable that is present but not a
+whole number is a 400.
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ from gateway.context import RequestContext
 from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
 from gateway.limits.conn import ConnDecision
-from gateway.plan import ReqLimit, RoutePlan
+from gateway.plan import AlgoLimit, ReqLimit, RoutePlan
 from gateway.store.base import Store, Verdict
 
 PASSED = "PASSED"
@@ -48,6 +62,21 @@ _LOWER = {"error": "warn", "warn": "notice", "notice": "info", "info": "info"}
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+MAX_COST = 1_000_000_000
+
+
+def _cost(limit: AlgoLimit, ctx: RequestContext) -> int:
+    """The request's cost in a zone: the variable's value (1 when absent), -1 when it is not a number."""
+    if limit.cost_key is None:
+        return limit.cost
+    raw = limit.cost_key(ctx)
+    if not raw:
+        return 1
+    if not raw.isdigit() or len(raw) > 10 or int(raw) > MAX_COST:
+        return -1
+    return int(raw)
 
 
 def _milli(value: int) -> str:
@@ -81,8 +110,13 @@ class Limiter:
         req_keys = [limit.key(ctx) for limit in route.limit_req]
         count_keys = [limit.key(ctx) for limit in route.limit_count]
         conn_keys = [limit.key(ctx) for limit in route.limit_conn]
+        algo = [(limit.key(ctx), _cost(limit, ctx)) for limit in route.limit_algo]
+        if any(cost < 0 for _, cost in algo):
+            admission = Admission(route=route)
+            admission.response = responses.error(400, ctx.headers.get("Accept", ""), "invalid request cost")
+            return admission
         try:
-            verdict = await self.store.admit(route, req_keys, count_keys, conn_keys)
+            verdict = await self.store.admit(route, req_keys, count_keys, conn_keys, algo)
         except StoreUnavailable as exc:
             return self._store_down(route, ctx, exc)
         admission = Admission(route=route, verdict=verdict, conn_keys=conn_keys)
@@ -137,6 +171,8 @@ class Limiter:
             elif any(used is not None for used in verdict.count_used):
                 ctx.limit_count_status = PASSED
             self._count_items(admission, route, verdict)
+        if route.limit_algo and not status:
+            status, retry_after = self._algo_outcome(ctx, admission, verdict, retry_after)
         if verdict.conn is not None:
             admission.conn = verdict.conn
             if not status:
@@ -230,6 +266,50 @@ class Limiter:
             reset = verdict.count_reset_ms[i] or 0
             remaining = max(0, limit.limit - used)
             admission.items.append(f'"{limit.zone}";r={remaining};t={_ceil_div(reset, 1000)}')
+
+    def _algo_outcome(
+        self, ctx: RequestContext, admission: Admission, verdict: Verdict, retry_after: int
+    ) -> tuple[int, int]:
+        route = admission.route
+        dry = route.dry_run
+        status = 0
+        rejected = verdict.algo_rejected
+        if rejected >= 0 and rejected < len(verdict.algo):
+            limit = route.limit_algo[rejected]
+            outcome = verdict.algo[rejected]
+            assert outcome is not None
+            setattr(ctx, f"limit_{limit.type}_status", REJECTED_DRY_RUN if dry else REJECTED)
+            errorlog.request_event(
+                route.limit_req_log_level,
+                ctx,
+                f"limiting requests{', dry run' if dry else ''}, {limit.type}: remaining {outcome.remaining} "
+                f'of {outcome.limit}, retry after {outcome.retry_after_s}s by zone "{limit.zone}"',
+            )
+            if outcome.retry_after_s > 0:
+                retry_after = max(retry_after, outcome.retry_after_s)
+            if not dry:
+                status = route.limit_count_status
+        for limit, maybe in zip(route.limit_algo, verdict.algo, strict=False):
+            if maybe is None or not maybe.allowed:
+                continue
+            name = f"limit_{limit.type}_status"
+            if maybe.delay_ms and status == 0 and rejected < 0:
+                errorlog.request_event(
+                    _LOWER[route.limit_req_log_level],
+                    ctx,
+                    f"delaying request{', dry run' if dry else ''}, {limit.type}: {maybe.delay_ms} ms, "
+                    f'by zone "{limit.zone}"',
+                )
+                setattr(ctx, name, DELAYED_DRY_RUN if dry else DELAYED)
+                if not dry:
+                    admission.delay_s = max(admission.delay_s, maybe.delay_ms / 1000)
+            elif not getattr(ctx, name):
+                setattr(ctx, name, PASSED)
+        if route.ratelimit_headers:
+            for limit, maybe in zip(route.limit_algo, verdict.algo, strict=False):
+                if maybe is not None:
+                    admission.items.append(f'"{limit.zone}";r={max(0, maybe.remaining)};t={maybe.reset_s}')
+        return status, retry_after
 
     def _conn_outcome(
         self, ctx: RequestContext, admission: Admission, decision: ConnDecision, retry_after: int

@@ -16,8 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.banlist import CidrSet, net_key
-from gateway.config.schema import ConfigSpec, RouteSettings, ZoneSpec
+from gateway.config.schema import ALGO_TYPES, ConfigSpec, LimitReqSpec, LimitUseSpec, RouteSettings, ZoneSpec
 from gateway.keys import KeyFn, compile_key
+from gateway.limits.gcra import GcraParams
+from gateway.limits.sliding_log import LogParams
+from gateway.limits.token import TokenParams
 from gateway.proxy.spool import BufferPolicy
 from gateway.realip import Network, RealIp
 from gateway.routing import Location, LocationTable
@@ -47,6 +50,7 @@ class CountLimit:
     key: KeyFn
     limit: int
     window_ms: int
+    sliding: bool = False  # APISIX's sliding window estimate instead of a fixed window
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +58,31 @@ class ConnLimit:
     zone: str
     key: KeyFn
     max: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlgoLimit:
+    """A zone of the newer algorithms (gcra), from a route's ``limits:`` list."""
+
+    zone: str
+    type: str  # "gcra" or "sliding_log"
+    key: KeyFn
+    rate_text: str  # as written: "30r/m" (gcra)
+    gcra: GcraParams | None
+    log: LogParams | None
+    token: TokenParams | None
+    cost: int  # units per request when cost_key is None
+    token_period_s: int
+    cost_key: KeyFn | None  # the cost from a variable (a request without a valid one gets a 400)
+
+    @property
+    def policy_item(self) -> str:
+        if self.log is not None:
+            return f'"{self.zone}";q={self.log.limit};w={-(-self.log.window_ms // 1000)}'
+        if self.token is not None:
+            return f'"{self.zone}";q={self.rate_text.split("r/")[0]};w={self.token_period_s}'
+        assert self.gcra is not None
+        return f'"{self.zone}";q={self.gcra.limit};w={self.gcra.period_s * self.gcra.limit // self.gcra.count or 1}'
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +96,7 @@ class RoutePlan:
     limit_req: tuple[ReqLimit, ...]
     limit_count: tuple[CountLimit, ...]
     limit_conn: tuple[ConnLimit, ...]
+    limit_algo: tuple[AlgoLimit, ...]
     limit_req_status: int
     limit_conn_status: int
     limit_count_status: int
@@ -78,7 +108,7 @@ class RoutePlan:
 
     @property
     def has_limits(self) -> bool:
-        return bool(self.limit_req or self.limit_count or self.limit_conn)
+        return bool(self.limit_req or self.limit_count or self.limit_conn or self.limit_algo)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,12 +139,24 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
         req_specs = s.limit_req if s.limit_req is not None else (d.limit_req or ())
         count_specs = s.limit_count if s.limit_count is not None else (d.limit_count or ())
         conn_specs = s.limit_conn if s.limit_conn is not None else (d.limit_conn or ())
-        req_limits = tuple(_req(zones[r.zone], key_fns[r.zone], r.burst, r.delay, r.nodelay) for r in req_specs)
+        uses = s.limits if s.limits is not None else (d.limits or ())
+        # the generic limits: list adds to each kind, after that kind's own list
+        all_req: list[LimitReqSpec | LimitUseSpec] = [*req_specs, *(u for u in uses if u.type == "req")]
+        all_count = [c.zone for c in count_specs] + [u.zone for u in uses if u.type == "count"]
+        all_conn = [(c.zone, c.max) for c in conn_specs] + [(u.zone, u.max) for u in uses if u.type == "conn"]
+        req_limits = tuple(_req(zones[r.zone], key_fns[r.zone], r.burst, r.delay, r.nodelay) for r in all_req)
         count_limits = tuple(
-            CountLimit(zone=c.zone, key=key_fns[c.zone], limit=zones[c.zone].limit, window_ms=zones[c.zone].window_ms)
-            for c in count_specs
+            CountLimit(
+                zone=z,
+                key=key_fns[z],
+                limit=zones[z].limit,
+                window_ms=zones[z].window_ms,
+                sliding=zones[z].window_type == "sliding",
+            )
+            for z in all_count
         )
-        conn_limits = tuple(ConnLimit(zone=c.zone, key=key_fns[c.zone], max=c.max) for c in conn_specs)
+        conn_limits = tuple(ConnLimit(zone=z, key=key_fns[z], max=m) for z, m in all_conn)
+        algo_limits = tuple(_algo(zones[u.zone], key_fns[u.zone], u) for u in uses if u.type in ALGO_TYPES)
         routes.append(
             RoutePlan(
                 index=route.index,
@@ -123,14 +165,10 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
                 client_max_body_size=int(_pick(s, d, "client_max_body_size", DEFAULT_BODY_LIMIT)),  # type: ignore[call-overload]
                 client_body_timeout_s=int(_pick(s, d, "client_body_timeout_ms", 60_000)) / 1000,  # type: ignore[call-overload]
                 buffers=_buffers(s, d, spec.temp_path),
-                limit_req=tuple(_req(zones[r.zone], key_fns[r.zone], r.burst, r.delay, r.nodelay) for r in req_specs),
-                limit_count=tuple(
-                    CountLimit(
-                        zone=c.zone, key=key_fns[c.zone], limit=zones[c.zone].limit, window_ms=zones[c.zone].window_ms
-                    )
-                    for c in count_specs
-                ),
-                limit_conn=tuple(ConnLimit(zone=c.zone, key=key_fns[c.zone], max=c.max) for c in conn_specs),
+                limit_req=req_limits,
+                limit_count=count_limits,
+                limit_conn=conn_limits,
+                limit_algo=algo_limits,
                 limit_req_status=int(_pick(s, d, "limit_req_status", 503)),  # type: ignore[call-overload]
                 limit_conn_status=int(_pick(s, d, "limit_conn_status", 503)),  # type: ignore[call-overload]
                 limit_count_status=int(_pick(s, d, "limit_count_status", 429)),  # type: ignore[call-overload]
@@ -138,7 +176,7 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
                 limit_conn_log_level=str(_pick(s, d, "limit_conn_log_level", "error")),
                 dry_run=bool(_pick(s, d, "dry_run", False)),
                 ratelimit_headers=bool(_pick(s, d, "ratelimit_headers", True)),
-                ratelimit_policy=_policy(req_limits, count_limits, conn_limits),
+                ratelimit_policy=_policy(req_limits, count_limits, conn_limits, algo_limits),
             )
         )
     return CompiledConfig(
@@ -169,12 +207,38 @@ def _cidr_set(inline: tuple[Network, ...], from_file: tuple[str, ...]) -> CidrSe
     return CidrSet(keys + [net_key(target) for target in from_file])
 
 
-def _policy(req: tuple[ReqLimit, ...], count: tuple[CountLimit, ...], conn: tuple[ConnLimit, ...]) -> str:
+def _policy(
+    req: tuple[ReqLimit, ...], count: tuple[CountLimit, ...], conn: tuple[ConnLimit, ...], algo: tuple[AlgoLimit, ...]
+) -> str:
     """The RateLimit-Policy field (draft-ietf-httpapi-ratelimit-headers): one item per limit."""
     items = [f'"{r.zone}";q={r.rate_count};w={r.window_s}' for r in req]
     items += [f'"{c.zone}";q={c.limit};w={-(-c.window_ms // 1000)}' for c in count]
     items += [f'"{c.zone}";q={c.max};qu="concurrent-requests"' for c in conn]
+    items += [a.policy_item for a in algo]
     return ", ".join(items)
+
+
+def _algo(zone: ZoneSpec, key: KeyFn, use: LimitUseSpec) -> AlgoLimit:
+    rate = zone.period_rate
+    cost_var = use.cost_var if use.cost is None and use.cost_var is not None else None
+    if use.cost is None and use.cost_var is None:
+        cost_var = zone.cost_var
+    return AlgoLimit(
+        zone=zone.name,
+        type=zone.type,
+        key=key,
+        rate_text=rate.text if rate is not None else "",
+        gcra=GcraParams(burst=zone.burst, count=rate.count, period_s=rate.period_s)
+        if rate is not None and zone.type == "gcra"
+        else None,
+        token=TokenParams.of(rate.count, rate.period_s, zone.warmup_ms, zone.max_delay_ms)
+        if rate is not None and zone.type == "token"
+        else None,
+        token_period_s=rate.period_s if rate is not None else 1,
+        log=LogParams(limit=zone.limit, window_ms=zone.window_ms) if zone.type == "sliding_log" else None,
+        cost=use.cost if use.cost is not None else zone.cost,
+        cost_key=compile_key(cost_var, max_key=64) if cost_var is not None else None,
+    )
 
 
 def _req(zone: ZoneSpec, key: KeyFn, burst: int, delay: int, nodelay: bool) -> ReqLimit:

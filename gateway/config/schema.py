@@ -30,13 +30,17 @@ from gateway.config.reader import (
     zone_size,
 )
 from gateway.config.source import Document
-from gateway.config.units import Rate, parse_rate
+from gateway.config.units import PeriodRate, Rate, parse_period_rate, parse_rate
 from gateway.errors import ConfigErrors, KeyPath
 from gateway.keys import ADDRESS_VARIABLES, DEFAULT_MAX_KEY, MAX_MAX_KEY, MIN_MAX_KEY, KeyTemplate, parse_key
+from gateway.limits.gcra import MAX_SPAN_NS as GCRA_MAX_SPAN_NS
+from gateway.limits.sliding_count import MAX_PRODUCT as SLIDING_MAX_PRODUCT
 from gateway.realip import Network
 from gateway.routing import Location, parse_location
 
-ZoneType = Literal["req", "count", "conn"]
+SLIDING_LOG_MAX = 100_000  # entries per key: the memory a key may cost stays bounded
+ZoneType = Literal["req", "count", "conn", "gcra", "sliding_log", "token"]
+ALGO_TYPES = ("gcra", "sliding_log", "token")  # zones used only through a route's limits: list
 OnError = Literal["local", "allow", "deny"]
 LogLevel = Literal["info", "notice", "warn", "error"]
 LOG_LEVELS = ("info", "notice", "warn", "error")
@@ -119,6 +123,13 @@ class ZoneSpec:
     ban_s: int = 0  # req
     limit: int = 0  # count
     window_ms: int = 0  # count
+    window_type: str = "fixed"  # count: fixed (resty.limit.count) or sliding (APISIX's estimate)
+    period_rate: PeriodRate | None = None  # gcra
+    burst: int = 0  # gcra (redis-cell's max_burst)
+    cost: int = 1  # gcra: units per request, unless cost_var is set
+    cost_var: KeyTemplate | None = None  # gcra: cost from a variable such as $http_x_cost
+    warmup_ms: int = 0  # token: SmoothWarmingUp's warm-up period (0: SmoothBursty)
+    max_delay_ms: int = 0  # token: the longest a request waits for its permit
     max_key: int = DEFAULT_MAX_KEY  # longer keys are hashed to a fixed size
     ipv6_prefix: int = 128  # IPv6 client addresses are masked to this prefix in the key
 
@@ -143,6 +154,20 @@ class LimitConnSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LimitUseSpec:
+    """One entry of a route's generic ``limits:`` list (any zone type, its per-use parameters)."""
+
+    zone: str
+    type: ZoneType
+    burst: int = 0  # req
+    delay: int = 0  # req
+    nodelay: bool = False  # req
+    max: int = 0  # conn
+    cost: int | None = None  # gcra: overrides the zone's cost
+    cost_var: KeyTemplate | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RouteSettings:
     """Settings a route may set itself or inherit from ``defaults`` (None = not set here)."""
 
@@ -152,6 +177,7 @@ class RouteSettings:
     limit_req: tuple[LimitReqSpec, ...] | None = None
     limit_count: tuple[LimitCountSpec, ...] | None = None
     limit_conn: tuple[LimitConnSpec, ...] | None = None
+    limits: tuple[LimitUseSpec, ...] | None = None
     limit_req_status: int | None = None
     limit_conn_status: int | None = None
     limit_count_status: int | None = None
@@ -269,6 +295,7 @@ ROUTE_SETTING_KEYS = (
     "limit_req",
     "limit_count",
     "limit_conn",
+    "limits",
     "limit_req_status",
     "limit_conn_status",
     "limit_count_status",
@@ -574,8 +601,19 @@ def _servers(r: Reader, value: Any, path: KeyPath) -> tuple[ServerSpec, ...]:
 
 ZONE_KEYS = {
     "req": ("type", "key", "rate", "ban", "size", "max_key", "ipv6_prefix"),
-    "count": ("type", "key", "limit", "window", "size", "max_key", "ipv6_prefix"),
+    "count": ("type", "key", "limit", "window", "window_type", "size", "max_key", "ipv6_prefix"),
     "conn": ("type", "key", "size", "max_key", "ipv6_prefix"),
+    "gcra": ("type", "key", "rate", "burst", "cost", "size", "max_key", "ipv6_prefix"),
+    "sliding_log": ("type", "key", "limit", "window", "size", "max_key", "ipv6_prefix"),
+    "token": ("type", "key", "rate", "warmup", "max_delay", "size", "max_key", "ipv6_prefix"),
+}
+ZONE_REQUIRED = {
+    "req": ("key", "rate"),
+    "count": ("key", "limit", "window"),
+    "conn": ("key",),
+    "gcra": ("key", "rate"),
+    "sliding_log": ("key", "limit", "window"),
+    "token": ("key", "rate"),
 }
 
 
@@ -593,13 +631,12 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
         if not isinstance(ztype, str) or ztype not in ZONE_KEYS:
             r.error(
                 zpath + ("type",) if "type" in body else zpath,
-                f"zone type must be req, count or conn, got {ztype!r}"
+                f"zone type must be req, count, conn, gcra, sliding_log or token, got {ztype!r}"
                 if "type" in body
-                else "missing required key 'type' (req, count or conn)",
+                else "missing required key 'type' (req, count, conn, gcra, sliding_log or token)",
             )
             continue
-        required = {"req": ("key", "rate"), "count": ("key", "limit", "window"), "conn": ("key",)}[ztype]
-        data = r.mapping(body, zpath, ZONE_KEYS[ztype], required=required)
+        data = r.mapping(body, zpath, ZONE_KEYS[ztype], required=ZONE_REQUIRED[ztype])
         if data is None:
             continue
         key = r.field(data, "key", zpath, parse_key)
@@ -610,8 +647,10 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
         ban_ms = r.field(data, "ban", zpath, duration_ms, 0) if ztype == "req" else 0
         if ban_ms and ban_ms % 1000:
             r.error(zpath + ("ban",), "ban is kept in whole seconds (it becomes a Redis EXPIRE)")
-        limit = r.field(data, "limit", zpath, int_in(1, 2**31 - 1, "limit")) if ztype == "count" else 0
-        window = r.field(data, "window", zpath, positive_duration_ms) if ztype == "count" else 0
+        counted = ztype in ("count", "sliding_log")
+        log_max = SLIDING_LOG_MAX if ztype == "sliding_log" else 2**31 - 1
+        limit = r.field(data, "limit", zpath, int_in(1, log_max, "limit")) if counted else 0
+        window = r.field(data, "window", zpath, positive_duration_ms) if counted else 0
         max_key = r.field(data, "max_key", zpath, int_in(MIN_MAX_KEY, MAX_MAX_KEY, "max_key"), DEFAULT_MAX_KEY)
         ipv6_prefix = r.field(data, "ipv6_prefix", zpath, int_in(1, 128, "ipv6_prefix"), 128)
         if ipv6_prefix != 128 and key is not None and not set(key.variables) & set(ADDRESS_VARIABLES):
@@ -623,7 +662,16 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
             continue
         if ztype == "req" and rate is None:
             continue
-        if ztype == "count" and (limit is None or window is None):
+        if counted and (limit is None or window is None):
+            continue
+        window_type = (
+            r.field(data, "window_type", zpath, one_of("fixed", "sliding"), "fixed") if ztype == "count" else None
+        )
+        if window_type == "sliding" and (limit or 0) * (window or 0) > SLIDING_MAX_PRODUCT:
+            r.error(zpath + ("window",), "limit x window (in ms) must stay under 2^53 for a sliding window")
+            continue
+        algo = _algo_zone(r, data, zpath, ztype)
+        if algo is None:
             continue
         out[name] = ZoneSpec(
             name=name,
@@ -634,10 +682,58 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
             ban_s=(ban_ms or 0) // 1000,
             limit=limit or 0,
             window_ms=window or 0,
+            window_type=window_type or "fixed",
+            **algo,
             max_key=max_key,
             ipv6_prefix=ipv6_prefix,
         )
     return out
+
+
+def _algo_zone(r: Reader, data: dict[str, Any], zpath: KeyPath, ztype: str) -> dict[str, Any] | None:
+    """The parameters of a gcra zone ({} for the other types; None when one is invalid)."""
+    if ztype not in ALGO_TYPES or ztype == "sliding_log":
+        return {}
+    if ztype == "token":
+        return _token_zone(r, data, zpath)
+    rate = r.field(data, "rate", zpath, parse_period_rate)
+    burst = r.field(data, "burst", zpath, int_in(0, MAX_BURST, "burst"), 0)
+    cost = r.field(data, "cost", zpath, _cost, {"cost": 1})
+    if rate is None or burst is None or cost is None:
+        return None
+    if rate.count > rate.period_s * 1_000_000:
+        r.error(zpath + ("rate",), "a gcra rate is at most 1000000r/s (one request per microsecond)")
+        return None
+    if int(rate.period_s * 1e9 / rate.count) * (burst + 1) > GCRA_MAX_SPAN_NS:
+        r.error(zpath + ("burst",), "burst + 1 requests at this rate span more than 104 days; lower burst")
+        return None
+    out: dict[str, Any] = {"period_rate": rate, "burst": burst}
+    out.update(cost)
+    return out
+
+
+def _token_zone(r: Reader, data: dict[str, Any], zpath: KeyPath) -> dict[str, Any] | None:
+    rate = r.field(data, "rate", zpath, parse_period_rate)
+    warmup = r.field(data, "warmup", zpath, duration_ms, 0)
+    max_delay = r.field(data, "max_delay", zpath, duration_ms, 0)
+    if rate is None or warmup is None or max_delay is None:
+        return None
+    if rate.count > rate.period_s * 1_000_000:
+        r.error(zpath + ("rate",), "a token rate is at most 1000000r/s")
+        return None
+    if warmup > 86_400_000 or max_delay > 3_600_000:
+        r.error(zpath, "warmup is at most 1d and max_delay at most 1h")
+        return None
+    return {"period_rate": rate, "warmup_ms": warmup, "max_delay_ms": max_delay}
+
+
+def _cost(value: Any) -> dict[str, Any]:
+    """``cost``: a whole number of units (0 peeks), or a variable such as ``$http_x_cost``."""
+    if isinstance(value, str) and value.startswith("$"):
+        return {"cost_var": parse_key(value)}
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BURST:
+        raise ValueError(f"invalid cost {value!r}: a whole number from 0 to {MAX_BURST}, or a variable")
+    return {"cost": value}
 
 
 # -- routes -----------------------------------------------------------------------------------
@@ -689,6 +785,8 @@ def _settings(
     upstream = r.field(data, "upstream", path, as_str, None)
     if upstream is not None and upstream not in upstreams:
         r.error(path + ("upstream",), f'unknown upstream "{upstream}"')
+    if isinstance(data.get("limits"), list):
+        _no_zone_twice(r, data, path)
     return RouteSettings(
         upstream=upstream,
         client_max_body_size=r.field(data, "client_max_body_size", path, size, None),
@@ -698,6 +796,7 @@ def _settings(
         if "limit_count" in data
         else None,
         limit_conn=_limit_conn(r, data["limit_conn"], path + ("limit_conn",), zones) if "limit_conn" in data else None,
+        limits=_limits(r, data["limits"], path + ("limits",), zones) if "limits" in data else None,
         limit_req_status=r.field(data, "limit_req_status", path, status_code, None),
         limit_conn_status=r.field(data, "limit_conn_status", path, status_code, None),
         limit_count_status=r.field(data, "limit_count_status", path, status_code, None),
@@ -828,6 +927,61 @@ def _limit_conn(r: Reader, value: Any, path: KeyPath, zones: Mapping[str, ZoneSp
         limit = r.field(data, "max", ipath, int_in(1, 65535, "number of connections"))
         if name is not None and limit is not None:
             out.append(LimitConnSpec(zone=name, max=limit))
+    return tuple(out)
+
+
+def _no_zone_twice(r: Reader, data: dict[str, Any], path: KeyPath) -> None:
+    """A zone in ``limits:`` and in a ``limit_*`` list of the same route would be charged twice."""
+    named = set()
+    for kind in ("limit_req", "limit_count", "limit_conn"):
+        for item in data.get(kind) or ():
+            if isinstance(item, dict) and isinstance(item.get("zone"), str):
+                named.add(item["zone"])
+    for i, item in enumerate(data["limits"]):
+        if isinstance(item, dict) and item.get("zone") in named:
+            r.error(path + ("limits", i, "zone"), f'zone "{item["zone"]}" is also in a limit_* list of this route')
+
+
+LIMIT_USE_KEYS = {
+    "req": ("zone", "burst", "delay", "nodelay"),
+    "count": ("zone",),
+    "conn": ("zone", "max"),
+    "gcra": ("zone", "cost"),
+    "sliding_log": ("zone",),
+    "token": ("zone",),
+}
+
+
+def _limits(r: Reader, value: Any, path: KeyPath, zones: Mapping[str, ZoneSpec]) -> tuple[LimitUseSpec, ...]:
+    """The generic ordered list: ``[{zone: name, ...its per-use parameters}]``, any zone type."""
+    out: list[LimitUseSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(r.sequence(value, path)):
+        ipath = path + (i,)
+        if not isinstance(item, dict) or not isinstance(item.get("zone"), str):
+            r.error(ipath, "expected a mapping with a zone and its per-use parameters")
+            continue
+        zone = zones.get(item["zone"])
+        if zone is None:
+            r.error(ipath + ("zone",), f'unknown zone "{item["zone"]}"')
+            continue
+        required = ("zone", "max") if zone.type == "conn" else ("zone",)
+        data = r.mapping(item, ipath, LIMIT_USE_KEYS[zone.type], required=required)
+        if data is None:
+            continue
+        name = _zone_ref(r, data, ipath, zones, zone.type, seen)
+        burst = r.field(data, "burst", ipath, _positive("burst"), 0)
+        delay = r.field(data, "delay", ipath, _positive("delay"), 0)
+        nodelay = r.field(data, "nodelay", ipath, as_bool, False)
+        if nodelay and "delay" in data:
+            r.error(ipath, "use either nodelay or delay, not both")
+        limit = r.field(data, "max", ipath, int_in(1, 65535, "number of connections"), 0)
+        cost = r.field(data, "cost", ipath, _cost, {})
+        if name is None or burst is None or delay is None or limit is None or cost is None:
+            continue
+        out.append(
+            LimitUseSpec(zone=name, type=zone.type, burst=burst, delay=delay, nodelay=bool(nodelay), max=limit, **cost)
+        )
     return tuple(out)
 
 

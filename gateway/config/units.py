@@ -132,3 +132,29 @@ def parse_rate(value: object) -> Rate:
     count = int(digits)
     scale = 1 if per == "s" else 60
     return Rate(count=count, per=per, rate_m=count * 1000 // scale)
+
+
+_PERIOD_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_PERIOD_RATE = re.compile(r"(\d+)\s*r/([smhd])")
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodRate:
+    """``N r/s|r/m|r/h|r/d`` for the gcra, sliding and token zones: N requests per period."""
+
+    count: int
+    period_s: int
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_period_rate(value: object) -> PeriodRate:
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ValueError(f"invalid rate {value!r}: use N r/s, r/m, r/h or r/d with an integer N > 0")
+    match = _PERIOD_RATE.fullmatch(value.strip())
+    if match is None or len(match.group(1)) > 10 or int(match.group(1)) <= 0:
+        raise ValueError(f"invalid rate {value!r}: use N r/s, r/m, r/h or r/d with an integer N > 0")
+    count = int(match.group(1))
+    return PeriodRate(count=count, period_s=_PERIOD_S[match.group(2)], text=f"{count}r/{match.group(2)}")

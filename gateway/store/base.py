@@ -5,7 +5,9 @@ A store evaluates a route's limits for one request in one step:
 1. ``limit_req`` (nginx semantics; bans);
 2. ``limit_count`` - if a count zone rejects, the ``limit_req`` accounting of this
    request is dropped: a rejected request is charged nowhere;
-3. ``limit_conn`` - in the same step when the request will not be delayed;
+3. the zones of the newer algorithms (``limits:`` entries of type gcra), in
+   order: the first that rejects stops, and drops the charges of 1 and 2;
+4. ``limit_conn`` - in the same step when the request will not be delayed;
    otherwise after the delay, through ``acquire_conn`` (so a waiting request
    holds no slot, as in nginx, where limit_req runs before limit_conn).
 
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 from gateway.config.schema import ZoneSpec
 from gateway.limits.conn import ConnDecision
 from gateway.limits.nginx_req import ReqDecision
+from gateway.limits.outcome import AlgoOutcome
 from gateway.plan import RoutePlan
 
 
@@ -35,6 +38,8 @@ class LimitSet(Protocol):
     @property
     def limit_conn(self) -> Sequence[Any]: ...
     @property
+    def limit_algo(self) -> Sequence[Any]: ...
+    @property
     def dry_run(self) -> bool: ...
 
 
@@ -46,6 +51,11 @@ class Verdict:
     count_used: list[int | None] = field(default_factory=list)
     count_reset_ms: list[int | None] = field(default_factory=list)
     conn: ConnDecision | None = None  # None: not acquired in this step
+    algo_rejected: int = -1  # index of the limit_algo zone that rejected
+    algo: list[AlgoOutcome | None] = field(default_factory=list)  # per limit_algo zone (None: no key)
+
+
+AlgoUse = tuple[bytes, int]  # one limit_algo zone for one request: (key, cost)
 
 
 class Store(Protocol):
@@ -61,6 +71,7 @@ class Store(Protocol):
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
+        algo: Sequence[AlgoUse] = (),
     ) -> Verdict: ...
 
     async def acquire_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision: ...

@@ -33,14 +33,17 @@ from typing import Any
 from gateway.config.schema import ZoneSpec
 from gateway.limits import conn as conn_logic
 from gateway.limits import count as count_logic
-from gateway.limits import nginx_req
+from gateway.limits import gcra, nginx_req, sliding_count, sliding_log, token
 from gateway.limits.conn import ConnDecision
-from gateway.store.base import LimitSet, Verdict
+from gateway.limits.outcome import AlgoOutcome
+from gateway.store.base import AlgoUse, LimitSet, Verdict
 
 # Bytes one key costs beyond its own length: OrderedDict slot and list node, the key
 # object and the packed int: 164 bytes at 1M keys, 189 just after the table doubles
 # (CPython 3.11, 64-bit; scripts/bench_memory.py). The worst case keeps `size` a bound.
 ENTRY_COST = 192
+# One entry of a sliding_log: a tuple slot (8 bytes) and an int object (32 bytes).
+LOG_ENTRY_COST = 40
 
 
 def monotonic_ms() -> int:
@@ -53,7 +56,7 @@ class _LruZone:
     kind: str
 
     def __init__(self, spec: ZoneSpec) -> None:
-        self.nodes: OrderedDict[bytes, int] = OrderedDict()
+        self.nodes: OrderedDict[bytes, Any] = OrderedDict()
         self.used = 0
         self.reconfigure(spec)
 
@@ -69,9 +72,12 @@ class _LruZone:
             self.nodes.move_to_end(key)
         return state
 
+    def key_cost(self, key: bytes) -> int:
+        return ENTRY_COST + len(key)
+
     def _drop(self, key: bytes) -> None:
         del self.nodes[key]
-        self.used -= ENTRY_COST + len(key)
+        self.used -= self.key_cost(key)
 
     def _drop_lru(self) -> None:
         self._drop(next(iter(self.nodes)))
@@ -126,24 +132,75 @@ class ReqZone(_LruZone):
 class CountZone(_LruZone):
     kind = "count"
 
+    def expired(self, state: int, now: int) -> bool:
+        if self.spec.window_type == "sliding":
+            return sliding_count.expired(state, now, self.spec.window_ms)
+        return count_logic.expired(state, now)
+
     def store(self, key: bytes, state: int, now: int) -> None:
         if key in self.nodes:
             self.nodes[key] = state
             return
-        cost = ENTRY_COST + len(key)
+        cost = self.key_cost(key)
         if cost > self.size:  # it could not fit even alone (keys are far shorter: max_key)
             return
         for _ in range(2):  # drop expired windows at the LRU end
             if not self.nodes:
                 break
             old_key, old_state = next(iter(self.nodes.items()))
-            if not count_logic.expired(old_state, now):
+            if not self.expired(old_state, now):
                 break
             self._drop(old_key)
         while self.used + cost > self.size and self.nodes:
             self._drop_lru()
         self.nodes[key] = state
         self.used += cost
+
+
+class GcraZone(CountZone):
+    """A gcra zone: the TAT in ns (of this process's clock) per key; a TAT in the past is no state."""
+
+    kind = "gcra"
+
+    def expired(self, state: int, now: int) -> bool:
+        return gcra.expired(state, now * gcra.NS_PER_MS)
+
+
+class SlidingLogZone(CountZone):
+    """A sliding_log zone: a sorted tuple of request times per key, at most ``limit`` of them.
+
+    A key is charged for a full log up front (``LOG_ENTRY_COST`` per entry), so ``size``
+    stays a bound whatever the logs hold.
+    """
+
+    kind = "sliding_log"
+
+    def key_cost(self, key: bytes) -> int:
+        return ENTRY_COST + len(key) + LOG_ENTRY_COST * self.spec.limit
+
+    def reconfigure(self, spec: ZoneSpec) -> None:
+        if self.nodes and spec.limit != self.spec.limit:
+            self.nodes.clear()  # the charge per key changes: start over rather than miscount
+            self.used = 0
+        super().reconfigure(spec)
+
+    def expired(self, state: Any, now: int) -> bool:
+        return sliding_log.expired(state, now, self.spec.window_ms)
+
+
+class TokenZone(CountZone):
+    """A token zone: (stored permits, next free µs) per key; a refilled idle key is no state."""
+
+    kind = "token"
+
+    def reconfigure(self, spec: ZoneSpec) -> None:
+        rate = spec.period_rate
+        assert rate is not None
+        self.params = token.TokenParams.of(rate.count, rate.period_s, spec.warmup_ms, spec.max_delay_ms)
+        super().reconfigure(spec)
+
+    def expired(self, state: Any, now: int) -> bool:
+        return token.expired(state, now * 1000.0, self.params)
 
 
 class ConnZone:
@@ -188,11 +245,14 @@ class ConnZone:
         return len(self.counts)
 
 
-Zone = ReqZone | CountZone | ConnZone
-_KINDS: dict[str, type[ReqZone] | type[CountZone] | type[ConnZone]] = {
+Zone = ReqZone | CountZone | ConnZone | GcraZone | SlidingLogZone | TokenZone
+_KINDS: dict[str, Any] = {
+    "token": TokenZone,
+    "sliding_log": SlidingLogZone,
     "req": ReqZone,
     "count": CountZone,
     "conn": ConnZone,
+    "gcra": GcraZone,
 }
 
 
@@ -200,6 +260,7 @@ def _same_keys(old: ZoneSpec, new: ZoneSpec) -> bool:
     """Whether a reloaded zone's keys mean what they meant: then its state is kept."""
     return (
         old.type == new.type
+        and old.window_type == new.window_type  # a fixed and a sliding count pack their state differently
         and old.key == new.key
         and old.max_key == new.max_key
         and old.ipv6_prefix == new.ipv6_prefix
@@ -214,6 +275,37 @@ def _zone(zones: dict[str, Zone], name: str, kind: str) -> Any:
     return zone
 
 
+def _count_step(state: int | None, now: int, limit: Any) -> count_logic.CountStep:
+    """A fixed window, or APISIX's sliding estimate reported as used = limit - remaining."""
+    if not limit.sliding:
+        return count_logic.check(state, now, limit)
+    step = sliding_count.check(state, now, sliding_count.SlidingParams(limit.limit, limit.window_ms))
+    used = limit.limit - max(0, step.remaining) if step.allowed else limit.limit
+    return count_logic.CountStep(step.allowed, used, step.reset_ms, step.state)
+
+
+def _algo_step(limit: Any, state: Any, now: int, cost: int) -> tuple[AlgoOutcome, Any]:
+    """One algo zone's answer for one key, and the state to store if the request goes on."""
+    if limit.type == "gcra":
+        step = gcra.throttle(state, now * gcra.NS_PER_MS, limit.gcra, cost)
+        outcome = AlgoOutcome(not step.limited, step.limit, step.remaining, step.retry_after_s, step.reset_after_s)
+        return outcome, (step.new_tat if not step.limited else None)
+    if limit.type == "token":
+        now_us = now * 1000.0
+        grant = token.acquire(state, now_us, limit.token)
+        remaining, retry_s, reset_s, delay_ms = token.outcome_fields(grant, now_us, limit.token)
+        count = int(limit.rate_text.split("r/")[0])
+        outcome = AlgoOutcome(grant.allowed, count, remaining, retry_s, reset_s, delay_ms)
+        return outcome, (grant.state if grant.allowed else None)
+    log = sliding_log.check(state, now, limit.log)
+    retry = -(-log.retry_ms // 1000) if not log.allowed else -1
+    outcome = AlgoOutcome(log.allowed, limit.log.limit, log.remaining, retry, -(-log.reset_ms // 1000))
+    return outcome, (log.state if log.allowed else None)
+
+
+_Tables = tuple[list[ReqZone], list[CountZone], list[ConnZone], list[GcraZone]]
+
+
 class MemoryStore:
     """Limit state for one process (one node when the gateway runs one worker)."""
 
@@ -223,7 +315,7 @@ class MemoryStore:
         self.clock_ms = clock_ms
         self.zones: dict[str, Zone] = {}
         # id(route) -> (route, its tables); the route is kept to make a reused id harmless
-        self._tables: dict[int, tuple[LimitSet, tuple[list[ReqZone], list[CountZone], list[ConnZone]]]] = {}
+        self._tables: dict[int, tuple[LimitSet, _Tables]] = {}
 
     def configure(self, zones: Mapping[str, ZoneSpec]) -> None:
         """Keep a zone's state across reloads when its type and key are unchanged (as nginx does)."""
@@ -238,7 +330,7 @@ class MemoryStore:
         self.zones = fresh
         self._tables.clear()
 
-    def _route_tables(self, route: LimitSet) -> tuple[list[ReqZone], list[CountZone], list[ConnZone]]:
+    def _route_tables(self, route: LimitSet) -> _Tables:
         cached = self._tables.get(id(route))
         if cached is not None and cached[0] is route:
             return cached[1]
@@ -247,6 +339,7 @@ class MemoryStore:
             [_zone(z, lim.zone, "req") for lim in route.limit_req],
             [_zone(z, lim.zone, "count") for lim in route.limit_count],
             [_zone(z, lim.zone, "conn") for lim in route.limit_conn],
+            [_zone(z, lim.zone, lim.type) for lim in route.limit_algo],
         )
         self._tables[id(route)] = (route, tables)
         return tables
@@ -258,8 +351,9 @@ class MemoryStore:
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
+        algo: Sequence[AlgoUse] = (),
     ) -> Verdict:
-        return self.decide(route, req_keys, count_keys, conn_keys)
+        return self.decide(route, req_keys, count_keys, conn_keys, algo)
 
     async def acquire_conn(self, route: LimitSet, conn_keys: Sequence[bytes]) -> ConnDecision:
         return self.take_conn(route, conn_keys)
@@ -279,9 +373,10 @@ class MemoryStore:
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
+        algo: Sequence[AlgoUse] = (),
     ) -> Verdict:
         now = self.clock_ms()
-        req_tables, count_tables, _ = self._route_tables(route)
+        req_tables, count_tables, _, algo_tables = self._route_tables(route)
         verdict = Verdict(now_ms=now)
         dry = route.dry_run
         req = None
@@ -301,7 +396,7 @@ class MemoryStore:
                     used.append(None)
                     reset.append(None)
                     continue
-                step = count_logic.check(count_tables[i].get(key), now, limit)
+                step = _count_step(count_tables[i].get(key), now, limit)
                 steps.append(step)
                 used.append(step.used)
                 reset.append(step.reset_ms)
@@ -315,14 +410,48 @@ class MemoryStore:
                 if req is not None:
                     nginx_req.discard(req, req_tables)
                 return verdict
+        algo_states: list[Any] = []
+        if route.limit_algo:
+            algo_states = self._decide_algo(route, algo_tables, algo, now, verdict)
+            if verdict.algo_rejected >= 0 and not dry:
+                if req is not None:
+                    nginx_req.discard(req, req_tables)
+                return verdict
+            for i, state in enumerate(algo_states):
+                if state is not None:
+                    algo_tables[i].store(algo[i][0], state, now)
+        if route.limit_count:
             for i, maybe in enumerate(steps):
                 if maybe is not None and maybe.allowed:
                     count_tables[i].store(count_keys[i], maybe.state, now)
         if req is not None and req.rc == nginx_req.OK:
             nginx_req.commit(req, req_tables)
-        if route.limit_conn and (req is None or req.delay_ms == 0 or dry):
+        waits = (req is not None and req.delay_ms > 0) or any(a is not None and a.delay_ms for a in verdict.algo)
+        if route.limit_conn and (not waits or dry):
             verdict.conn = self.take_conn(route, conn_keys)
         return verdict
+
+    def _decide_algo(
+        self, route: LimitSet, tables: list[GcraZone], algo: Sequence[AlgoUse], now: int, verdict: Verdict
+    ) -> list[Any]:
+        """Each zone's answer into ``verdict``; the states to store if the request goes on."""
+        states: list[Any] = []
+        outcomes: list[AlgoOutcome | None] = []
+        for i, limit in enumerate(route.limit_algo):
+            key, cost = algo[i]
+            if not key:
+                states.append(None)
+                outcomes.append(None)
+                continue
+            outcome, state = _algo_step(limit, tables[i].get(key), now, cost)
+            outcomes.append(outcome)
+            states.append(state)
+            if not outcome.allowed and verdict.algo_rejected < 0:
+                verdict.algo_rejected = i
+                if not route.dry_run:
+                    break
+        verdict.algo = outcomes + [None] * (len(route.limit_algo) - len(outcomes))
+        return states
 
     def take_conn(self, route: LimitSet, conn_keys: Sequence[bytes]) -> ConnDecision:
         return conn_logic.acquire(self._route_tables(route)[2], conn_keys, [c.max for c in route.limit_conn])

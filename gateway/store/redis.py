@@ -42,8 +42,9 @@ from gateway.config.schema import RedisSpec, ZoneSpec
 from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
 from gateway.limits.conn import ConnDecision
+from gateway.limits.outcome import AlgoOutcome
 from gateway.store import lua
-from gateway.store.base import LimitSet, Verdict
+from gateway.store.base import AlgoUse, LimitSet, Verdict
 from gateway.store.memory import MemoryStore
 from gateway.store.resp import NoScript, RespClient, RespError, encode, encode_args
 
@@ -284,6 +285,7 @@ class RedisStore:
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
+        algo: Sequence[AlgoUse] = (),
     ) -> Verdict:
         now = self.clock_ms()
         if not route.dry_run:
@@ -291,11 +293,11 @@ class RedisStore:
             if banned is not None:
                 return banned
         try:
-            return await self._admit(route, req_keys, count_keys, conn_keys, now, take_conn=True)
+            return await self._admit(route, req_keys, count_keys, conn_keys, now, take_conn=True, algo=algo)
         except StoreUnavailable:
             if self.fallback is None:
                 raise
-            return self.fallback.decide(route, req_keys, count_keys, conn_keys)
+            return self.fallback.decide(route, req_keys, count_keys, conn_keys, algo)
 
     async def acquire_conn(self, route: LimitSet, conn_keys: Sequence[bytes]) -> ConnDecision:
         now = self.clock_ms()
@@ -352,6 +354,7 @@ class RedisStore:
         *,
         take_conn: bool,
         conn_only: bool = False,
+        algo: Sequence[AlgoUse] = (),
     ) -> Verdict:
         items: list[_Item] = []  # the limits that apply (their key is not empty)
         if not conn_only:
@@ -364,12 +367,23 @@ class RedisStore:
         for i, (lim, k) in enumerate(zip(route.limit_conn, conn_keys, strict=True)):
             if k and len(k) <= 255:
                 items.append(("n", i, self._tagged_key(lim.zone, k), k))
+        costs: list[int] = []
+        if not conn_only:
+            for i, (lim, (k, cost)) in enumerate(zip(route.limit_algo, algo, strict=True)):
+                costs.append(lim.gcra.clamp_quantity(cost) if lim.gcra is not None else cost)
+                if not k:
+                    continue
+                # gcra keys are untagged like limit_req: the key CL.THROTTLE would use
+                key = self._req_key(lim.zone, k) if lim.type == "gcra" else self._tagged_key(lim.zone, k)
+                items.append(("g", i, key, k))
         verdict = Verdict(now_ms=now)
         if not conn_only and route.limit_req:
             verdict.req = nginx_req.ReqDecision(nginx_req.DECLINED, -1, 0, 0, [None] * len(route.limit_req))
         if not conn_only and route.limit_count:
             verdict.count_used = [None] * len(route.limit_count)
             verdict.count_reset_ms = [None] * len(route.limit_count)
+        if not conn_only and route.limit_algo:
+            verdict.algo = [None] * len(route.limit_algo)
         wants_conn = bool(route.limit_conn) and take_conn
         if not items:
             if wants_conn:
@@ -386,16 +400,20 @@ class RedisStore:
         replies: list[Any]
         try:
             if len(parts) == 1:
-                replies = [await self._call_request(route, parts[0], now, wants_conn, member)]
+                replies = [await self._call_request(route, parts[0], now, wants_conn, member, costs)]
             else:
-                calls = (self._call_request(route, part, now, wants_conn, member) for part in parts)
+                calls = (self._call_request(route, part, now, wants_conn, member, costs) for part in parts)
                 replies = await asyncio.gather(*calls, return_exceptions=True)
         except BaseException:
             # Cancelled (the client left) or failed after the script may have run: a slot
             # it took would be held by nobody. Give back whatever this request may hold.
             self._release_abandoned(member, [item[2] for item in items if item[0] == "n"] if wants_conn else [])
             raise
-        results = [_Reply(part, r) for part, r in zip(parts, replies, strict=True) if not isinstance(r, BaseException)]
+        results = [
+            _Reply(part, r, costs, route, now)
+            for part, r in zip(parts, replies, strict=True)
+            if not isinstance(r, BaseException)
+        ]
         failed = [r for r in replies if isinstance(r, BaseException)]
         if failed:
             # Some groups answered, some did not: take back what the answering ones charged.
@@ -430,11 +448,12 @@ class RedisStore:
             loop.call_later(max(1.0, self.timeout * 4), self._queue_release, key, member)
 
     async def _call_request(
-        self, route: LimitSet, part: list[_Item], now: int, take_conn: bool, member: bytes
+        self, route: LimitSet, part: list[_Item], now: int, take_conn: bool, member: bytes, costs: list[int]
     ) -> list[Any]:
         order, tail, tail_bytes = self._static_args(route, part, take_conn)
         keys = [part[j][2] for j in order]
-        return list(await self._eval("request.lua", keys, [now, member], tail, tail_bytes))
+        part_costs = ",".join(str(costs[i]) for kd, i, _, _ in part if kd == "g")
+        return list(await self._eval("request.lua", keys, [now, member, part_costs], tail, tail_bytes))
 
     def _static_args(self, route: LimitSet, part: list[_Item], take_conn: bool) -> tuple[list[int], list[Any], bytes]:
         """What a request.lua call carries that depends only on the route: computed once."""
@@ -442,18 +461,21 @@ class RedisStore:
         cached = self._static.get(signature)
         if cached is not None and cached[0] is route:
             return cached[1]
-        order = [j for kind in "rcn" for j, item in enumerate(part) if item[0] == kind]
+        order = [j for kind in "rcng" for j, item in enumerate(part) if item[0] == kind]
         reqs = [i for kd, i, _, _ in part if kd == "r"]
         counts = [i for kd, i, _, _ in part if kd == "c"]
         conns = [i for kd, i, _, _ in part if kd == "n"]
+        algos = [i for kd, i, _, _ in part if kd == "g"]
         tail: list[Any] = [1 if route.dry_run else 0, len(reqs), len(counts), len(conns)]
-        tail += [1 if take_conn else 0, LEASE_MS]
+        tail += [1 if take_conn else 0, LEASE_MS, len(algos)]
         for i in reqs:
             lim = route.limit_req[i]
             tail += [lim.rate_m, lim.burst_m, min(lim.delay_m, 2**53), lim.ban_ms // 1000]
         for i in counts:
             lim = route.limit_count[i]
-            tail += [lim.limit, lim.window_ms]
+            tail += [lim.limit, lim.window_ms, 1 if lim.sliding else 0]
+        for i in algos:
+            tail += _algo_params(route.limit_algo[i])
         for i in conns:
             tail.append(route.limit_conn[i].max)
         value = (order, tail, encode_args(tail))
@@ -469,6 +491,7 @@ class RedisStore:
         req_fail: tuple[int, _Reply] | None = None
         delay_ms, delay_index = 0, -1
         count_fail = -1
+        algo_fail = -1
         conn_fail = -1
         conn_counts: list[int | None] = [None] * len(route.limit_conn)
         taken: list[tuple[Any, bytes]] = []
@@ -497,6 +520,11 @@ class RedisStore:
             if result.count_fail > 0:
                 index = result.count_items[result.count_fail - 1]
                 count_fail = index if count_fail < 0 else min(count_fail, index)
+            for i, outcome in result.algo_outcomes():
+                verdict.algo[i] = outcome
+            if result.algo_fail > 0:
+                index = result.algo_items[result.algo_fail - 1]
+                algo_fail = index if algo_fail < 0 else min(algo_fail, index)
             if result.conn_items:
                 if not result.conn_done:
                     conn_everywhere = False
@@ -522,8 +550,9 @@ class RedisStore:
                 verdict.req.index = delay_index
                 verdict.req.excess = verdict.req.excesses[delay_index] or 0 if delay_index >= 0 else 0
         verdict.count_rejected = count_fail
-        rejected = (req_fail is not None or count_fail >= 0) and not dry
-        delayed = delay_ms > 0 and not dry
+        verdict.algo_rejected = algo_fail if count_fail < 0 or dry else -1
+        rejected = (req_fail is not None or count_fail >= 0 or algo_fail >= 0) and not dry
+        delayed = (delay_ms > 0 or any(a is not None and a.delay_ms > 0 for a in verdict.algo)) and not dry
         if len(results) > 1 and rejected:
             # Cluster: another slot group rejected what this one charged.
             for result in results:
@@ -548,7 +577,11 @@ class RedisStore:
     def _undo(self, result: _Reply, member: bytes, *, req: bool, count: bool, conn: bool) -> None:
         keys: list[bytes] = []
         kinds: list[str] = []
-        committed = result.rc == 1 and result.count_fail == 0
+        committed = result.rc == 1 and result.count_fail == 0 and result.algo_fail == 0
+        if committed and count:
+            for key, kind in result.algo_undo:
+                keys.append(key)
+                kinds.append(kind)
         if committed and req:
             keys += [key for _, key in result.req_keys_redis]
             kinds += ["r"] * len(result.req_keys_redis)
@@ -690,13 +723,40 @@ def connect(spec: RedisSpec, timeout: float | None) -> Any:
     return aioredis.Redis(connection_pool=pool)
 
 
+def _algo_params(limit: Any) -> list[int]:
+    """request.lua's four parameters of one algo zone: its type code, then three numbers."""
+    if limit.type == "gcra":
+        return [1, limit.gcra.emission_ns, limit.gcra.burst, 0]
+    if limit.type == "token":
+        return [3, limit.token.stable_us, limit.token.warmup_us, limit.token.max_delay_us]
+    return [2, limit.log.limit, limit.log.window_ms, 0]
+
+
+def _quota(limit: Any) -> int | None:
+    """The policy quota the gateway reports for a zone whose script does not know it (token)."""
+    return int(limit.rate_text.split("r/")[0]) if limit.type == "token" else None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _undo_kind(limit: Any, cost: int, now_ms: int, fields: list[Any]) -> str:
+    """undo.lua's kind for a committed algo key."""
+    if limit.type == "gcra":
+        return f"g{limit.gcra.emission_ns * cost}:{now_ms}"
+    if limit.type == "token":
+        return f"t{_text(fields[6])}|{_text(fields[7])}"  # the value before, if it still holds ours
+    return "n"  # sliding_log: remove the request's member, like a conn lease
+
+
 _Item = tuple[str, int, bytes, bytes]  # (kind r/c/n, limit index, Redis key, raw key)
 
 
 class _Reply:
     """request.lua's reply for one group of keys, read by position."""
 
-    def __init__(self, part: list[_Item], reply: list[Any]) -> None:
+    def __init__(self, part: list[_Item], reply: list[Any], costs: list[int], route: LimitSet, now_ms: int) -> None:
         self.req_items = [(i, raw) for kd, i, _, raw in part if kd == "r"]
         self.req_keys_redis = [(i, key) for kd, i, key, _ in part if kd == "r"]
         self.count_items = [i for kd, i, _, _ in part if kd == "c"]
@@ -715,12 +775,32 @@ class _Reply:
         pos += 2 * n
         self.conn_done, self.conn_fail = reply[pos], reply[pos + 1]
         self._conn = reply[pos + 2 : pos + 2 + len(self.conn_items)]
+        pos += 2 + len(self.conn_items)
+        self.algo_items = [i for kd, i, _, _ in part if kd == "g"]
+        self.algo_fail = reply[pos]
+        self._algo = [reply[pos + 1 + 8 * a : pos + 9 + 8 * a] for a in range(len(self.algo_items))]
+        self._quota = [_quota(route.limit_algo[i]) for i in self.algo_items]
+        # what undo.lua takes back from each passed algo key: (key, undo kind)
+        self.algo_undo = [
+            (key, _undo_kind(route.limit_algo[i], costs[i], now_ms, fields))
+            for (_, i, key, _), fields in zip([p for p in part if p[0] == "g"], self._algo, strict=True)
+            if fields[0] == 0 and costs[i] > 0
+        ]
+        self.now_ms = now_ms
 
     def excesses(self) -> list[tuple[int, int]]:
         return [(i, e) for (i, _), e in zip(self.req_items, self._excess, strict=True) if e >= 0]
 
     def counts(self) -> list[tuple[int, int, int]]:
         return [(i, u, r) for i, u, r in zip(self.count_items, self._used, self._reset, strict=True) if u >= 0]
+
+    def algo_outcomes(self) -> list[tuple[int, AlgoOutcome]]:
+        # the script answers CL.THROTTLE's fields: limited first
+        return [
+            (i, AlgoOutcome(f[0] == 0, quota if quota is not None else f[1], f[2], f[3], f[4], f[5]))
+            for i, f, quota in zip(self.algo_items, self._algo, self._quota, strict=True)
+            if f[0] >= 0
+        ]
 
     def conn_counts(self) -> list[tuple[int, int]]:
         return [(i, c) for i, c in zip(self.conn_items, self._conn, strict=True) if c >= 0]

@@ -8,7 +8,7 @@ Wire format: frames of a 4-byte big-endian length and a ``marshal``-encoded tupl
 (master and workers are the same program; nothing else connects).
 
     worker -> master   (DEFINE, desc_id, description)     once per route and connection
-                       (ADMIT, req_id, desc_id, req_keys, count_keys, conn_keys)
+                       (ADMIT, req_id, desc_id, req_keys, count_keys, conn_keys, algo uses)
                        (CONN, req_id, desc_id, conn_keys)
                        (RELEASE, lease_id)
     master -> worker   (req_id, verdict tuple) or (req_id, None, error text)
@@ -35,9 +35,11 @@ from gateway.bans import Ban
 from gateway.errors import StoreUnavailable
 from gateway.limits import conn as conn_logic
 from gateway.limits.conn import ConnDecision
+from gateway.limits.gcra import GcraParams
 from gateway.limits.nginx_req import ReqDecision
+from gateway.limits.outcome import AlgoOutcome
 from gateway.plan import RoutePlan
-from gateway.store.base import Verdict
+from gateway.store.base import AlgoUse, Verdict
 from gateway.store.memory import MemoryStore
 
 DEFINE, ADMIT, CONN, RELEASE = 1, 2, 3, 4
@@ -64,6 +66,7 @@ class _Count:
     zone: str
     limit: int
     window_ms: int
+    sliding: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,29 +76,43 @@ class _Conn:
 
 
 @dataclass(frozen=True, slots=True)
+class _Algo:
+    zone: str
+    type: str
+    gcra: GcraParams | None
+
+
+@dataclass(frozen=True, slots=True)
 class _Limits:
     limit_req: tuple[_Req, ...]
     limit_count: tuple[_Count, ...]
     limit_conn: tuple[_Conn, ...]
     dry_run: bool
+    limit_algo: tuple[_Algo, ...] = ()
 
 
 def describe(route: RoutePlan) -> tuple[Any, ...]:
     return (
         tuple((r.zone, r.rate_m, r.burst_m, r.delay_m, r.ban_ms) for r in route.limit_req),
-        tuple((c.zone, c.limit, c.window_ms) for c in route.limit_count),
+        tuple((c.zone, c.limit, c.window_ms, c.sliding) for c in route.limit_count),
         tuple((c.zone, c.max) for c in route.limit_conn),
         route.dry_run,
+        tuple((a.zone, a.type, _gcra_params(a.gcra)) for a in route.limit_algo),
     )
 
 
+def _gcra_params(params: GcraParams | None) -> tuple[int, int, int] | None:
+    return None if params is None else (params.burst, params.count, params.period_s)
+
+
 def _limits(description: tuple[Any, ...]) -> _Limits:
-    req, count, conn, dry = description
+    req, count, conn, dry, algo = description
     return _Limits(
         limit_req=tuple(_Req(*r) for r in req),
         limit_count=tuple(_Count(*c) for c in count),
         limit_conn=tuple(_Conn(*c) for c in conn),
         dry_run=bool(dry),
+        limit_algo=tuple(_Algo(zone, kind, GcraParams(*g) if g else None) for zone, kind, g in algo),
     )
 
 
@@ -117,6 +134,8 @@ def _encode_verdict(verdict: Verdict, lease: int) -> tuple[Any, ...]:
         verdict.count_used,
         verdict.count_reset_ms,
         _encode_conn(verdict.conn, lease),
+        verdict.algo_rejected,
+        [None if a is None else a.encode() for a in verdict.algo],
     )
 
 
@@ -200,7 +219,8 @@ class SharedStoreServer:
                 try:
                     limits = routes[message[2]]
                     if kind == ADMIT:
-                        verdict = store.decide(limits, message[3], message[4], message[5])
+                        algo = [(key, cost) for key, cost in message[6]]
+                        verdict = store.decide(limits, message[3], message[4], message[5], algo)
                         lease = self._lease(leases, verdict.conn)
                         reply: tuple[Any, ...] = (req_id, _encode_verdict(verdict, lease))
                     else:
@@ -359,15 +379,19 @@ class SharedStoreClient:
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
+        algo: Sequence[AlgoUse] = (),
     ) -> Verdict:
         desc = self._route_id(route)
-        payload = await self._call((ADMIT, self._request_id(), desc, list(req_keys), list(count_keys), list(conn_keys)))
-        now_ms, req_t, count_rejected, count_used, count_reset, conn_t = payload
+        message = (ADMIT, self._request_id(), desc, list(req_keys), list(count_keys), list(conn_keys), list(algo))
+        payload = await self._call(message)
+        now_ms, req_t, count_rejected, count_used, count_reset, conn_t, algo_rejected, algo_t = payload
         verdict = Verdict(
             now_ms=now_ms,
             count_rejected=count_rejected,
             count_used=count_used,
             count_reset_ms=count_reset,
+            algo_rejected=algo_rejected,
+            algo=[None if a is None else AlgoOutcome.decode(a) for a in algo_t],
         )
         if req_t is not None:
             rc, index, excess, delay_ms, excesses, ban_until, new_ban = req_t

@@ -4,34 +4,53 @@ The same rules as the embedded store, in one atomic step:
   1. limit_req zones in order: the first that rejects (BUSY, or FORBIDDEN while banned)
      stops the walk and nothing is charged (a BUSY in a zone with a ban starts the ban);
   2. limit_count zones: a rejection drops the limit_req charge too;
-  3. both committed; limit_conn leases taken when there is no delay (or in dry run).
+  3. the zones of the newer algorithms (gcra), in order: a rejection drops both charges;
+  4. all committed; limit_conn leases taken when there is no delay (or in dry run).
 In dry run nothing is refused and each kind is charged as if the others passed.
 Per-key arithmetic and state formats are those of limit_req.lua, limit_count.lua
-and limit_conn.lua (included below), so OpenResty nodes share the limit_req keys.
+limit_conn.lua and gcra.lua (included below), so OpenResty nodes share the limit_req keys.
 
-KEYS: the req keys, then the count keys, then the conn keys (only those with a key)
+KEYS: the req keys, then the count keys, then the conn keys, then the algo keys
+      (only those with a key)
 (the per-request values come first in ARGV; the rest is fixed per route, and encoded once)
-ARGV: now_ms, member, dry (0/1), n_req, n_count, n_conn, take_conn (0/1), lease_ms,
+ARGV: now_ms, member, costs (the algo zones' costs, comma-separated),
+      dry (0/1), n_req, n_count, n_conn, take_conn (0/1), lease_ms, n_algo,
       then per req zone: rate_m, burst_m, delay_m, ban_s
-      then per count zone: limit, window_ms
+      then per count zone: limit, window_ms, sliding (0/1)
+      then per algo zone: type (1 gcra, 2 sliding_log, 3 token) and three parameters:
+           gcra: emission_ns, burst, 0; sliding_log: limit, window_ms, 0;
+           token: stable_us, warmup_us, max_delay_us
       then per conn zone: max
 Reply: {rc, fail_index, fail_excess, ban_ms, delay_ms, delay_index,
         req excess x n_req, count_fail, used x n_count, reset_ms x n_count,
-        conn_done, conn_fail, conn count x n_conn}
+        conn_done, conn_fail, conn count x n_conn,
+        algo_fail, then 8 fields x n_algo: limited, limit, remaining, retry_after_s, reset_s,
+        delay_ms, then for token the key's value before and after ('' otherwise: undo.lua
+        restores it on a cluster) (gcra: CL.THROTTLE's reply; -1 x 6 when not evaluated)}
+  A token zone's delay holds back the limit_conn leases like a limit_req delay.
   rc: 1 OK, 2 BUSY, 3 FORBIDDEN; indexes are 1-based, 0 for none.
 ]]
 
 --#include limit_req.lua
 --#include limit_count.lua
 --#include limit_conn.lua
+--#include gcra.lua
+--#include sliding_count.lua
+--#include sliding_log.lua
+--#include token.lua
 
 local now = tonumber(ARGV[1])
 local member = ARGV[2]
-local dry = ARGV[3] == '1'
-local n_req, n_count, n_conn = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local take_conn = ARGV[7] == '1'
-local lease_ms = tonumber(ARGV[8])
-local arg = 9
+local costs = {}
+for cost in string.gmatch(ARGV[3], '%d+') do
+  costs[#costs + 1] = tonumber(cost)
+end
+local dry = ARGV[4] == '1'
+local n_req, n_count, n_conn = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local take_conn = ARGV[8] == '1'
+local lease_ms = tonumber(ARGV[9])
+local n_algo = tonumber(ARGV[10])
+local arg = 11
 
 local rc, fail_index, fail_excess, ban_ms = 1, 0, 0, 0
 local excesses = {}
@@ -60,12 +79,31 @@ end
 
 local count_fail = 0
 local used, reset, ends, passed = {}, {}, {}, {}
+local windows, slid = {}, {}
 local counting = rc == 1 or dry
 for j = 1, n_count do
   local limit, window_ms = tonumber(ARGV[arg]), tonumber(ARGV[arg + 1])
-  arg = arg + 2
+  local sliding = ARGV[arg + 2] == '1'
+  arg = arg + 3
   used[j], reset[j] = -1, -1
-  if counting then
+  windows[j] = window_ms
+  if counting and sliding then
+    -- APISIX's estimate, reported as used = limit - remaining
+    local allowed, remaining, rst, value = sliding_peek(KEYS[n_req + j], now, limit, window_ms)
+    reset[j] = rst
+    if allowed then
+      used[j] = limit - math.max(0, remaining)
+      passed[j], slid[j] = true, value
+    else
+      used[j] = limit
+      if count_fail == 0 then
+        count_fail = j
+      end
+      if not dry then
+        counting = false
+      end
+    end
+  elseif counting then
     local key = KEYS[n_req + j]
     local u, window_end = count_peek(key, now, window_ms)
     reset[j] = window_end - now
@@ -85,7 +123,54 @@ for j = 1, n_count do
   end
 end
 
-local req_ok = rc == 1 and (count_fail == 0 or dry)
+local algo_fail = 0
+local algo_replies, algo_store = {}, {}
+local algo_going = (rc == 1 and count_fail == 0) or dry
+local algo_base = n_req + n_count + n_conn
+local algo_kind, algo_p, algo_expire = {}, {}, {}
+local algo_delay = 0
+local reply_before, reply_after
+for a = 1, n_algo do
+  local kind = tonumber(ARGV[arg])
+  local p1, p2, p3 = tonumber(ARGV[arg + 1]), tonumber(ARGV[arg + 2]), tonumber(ARGV[arg + 3])
+  algo_kind[a], algo_p[a] = kind, p2
+  arg = arg + 4
+  if algo_going then
+    local limited, reply, store
+    reply_before, reply_after = '', ''
+    if kind == 1 then
+      limited, reply, store = gcra_peek(KEYS[algo_base + a], now, p1, p2, costs[a])
+      reply[6] = 0
+    elseif kind == 3 then
+      reply_before = redis.call('GET', KEYS[algo_base + a]) or ''
+      limited, reply, store, algo_expire[a] = token_peek(KEYS[algo_base + a], now, p1, p2, p3)
+      reply_after = store or ''
+      store = store or -1
+      if not limited and reply[6] > algo_delay then
+        algo_delay = reply[6]
+      end
+    else
+      limited, reply = log_peek(KEYS[algo_base + a], now, p1, p2)
+      reply[6] = 0
+      store = 0
+    end
+    reply[7], reply[8] = reply_before, reply_after
+    algo_replies[a] = reply
+    if limited then
+      if algo_fail == 0 then
+        algo_fail = a
+      end
+      if not dry then
+        algo_going = false
+      end
+    elseif kind == 3 or store >= 0 then
+      algo_store[a] = store
+    end
+  end
+end
+local passed_all = rc == 1 and count_fail == 0 and algo_fail == 0
+
+local req_ok = rc == 1 and ((count_fail == 0 and algo_fail == 0) or dry)
 local delay_ms, delay_index = 0, 0
 if req_ok then
   -- nginx starts from the last zone's delay; an earlier zone wins only with a longer one
@@ -101,17 +186,28 @@ if req_ok then
     end
   end
 end
-if (rc == 1 and count_fail == 0) or dry then
+if passed_all or dry then
   for j = 1, n_count do
-    if passed[j] then
+    if slid[j] then
+      sliding_commit(KEYS[n_req + j], slid[j], windows[j])
+    elseif passed[j] then
       count_commit(KEYS[n_req + j], used[j], ends[j], now)
+    end
+  end
+  for a = 1, n_algo do
+    if algo_store[a] and algo_kind[a] == 1 then
+      gcra_commit(KEYS[algo_base + a], now, algo_store[a])
+    elseif algo_store[a] and algo_kind[a] == 3 then
+      token_commit(KEYS[algo_base + a], algo_store[a], algo_expire[a])
+    elseif algo_store[a] then
+      log_commit(KEYS[algo_base + a], now, algo_p[a], member)
     end
   end
 end
 
 local conn_done, conn_fail = 0, 0
 local counts = {}
-if take_conn and ((rc == 1 and count_fail == 0) or dry) and (delay_ms == 0 or dry) then
+if take_conn and (passed_all or dry) and ((delay_ms == 0 and algo_delay == 0) or dry) then
   conn_done = 1
   for k = 1, n_conn do
     local key = KEYS[n_req + n_count + k]
@@ -142,5 +238,12 @@ reply[#reply + 1] = conn_done
 reply[#reply + 1] = conn_fail
 for k = 1, n_conn do
   reply[#reply + 1] = counts[k] or -1
+end
+reply[#reply + 1] = algo_fail
+for a = 1, n_algo do
+  local fields = algo_replies[a] or {-1, -1, -1, -1, -1, -1, '', ''}
+  for f = 1, 8 do
+    reply[#reply + 1] = fields[f]
+  end
 end
 return reply

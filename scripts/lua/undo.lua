@@ -4,11 +4,15 @@ On a cluster a request's keys may sit in several slots, each evaluated by its ow
 request.lua call. When one group rejects the request while another committed it,
 the committed group is undone here (like resty.limit.req's uncommit):
   r  limit_req key:   excess - 1000 (not below 0), last and expiry kept
-  c  limit_count key: used - 1, window kept
+  c  limit_count key: used - 1, window kept (sliding: the current window's count - 1)
   n  limit_conn key:  the request's lease removed
+  g<increment_ns>:<now_ms>  gcra key: TAT - increment, not below now
+  t<before>|<after>  token key: back to <before> if it still holds <after> (nothing else took a permit)
 
   EVALSHA <sha> <n> <keys...> <member> <kind per key...>
 ]]
+
+--#include gcra.lua
 
 local member = ARGV[1]
 for i, key in ipairs(KEYS) do
@@ -29,12 +33,30 @@ for i, key in ipairs(KEYS) do
     local raw = redis.call('GET', key)
     if raw then
       local used, window_end = string.match(raw, '^(%d+):(%d+)$')
+      local id, current, previous = string.match(raw, '^(%d+):(%d+):(%d+)$')
       if used and tonumber(used) > 0 then
         redis.call('SET', key, string.format('%d:%d', tonumber(used) - 1, tonumber(window_end)), 'KEEPTTL')
+      elseif id and tonumber(current) > 0 then
+        local value = string.format('%d:%d:%d', tonumber(id), tonumber(current) - 1, tonumber(previous))
+        redis.call('SET', key, value, 'KEEPTTL')
       end
     end
   elseif kind == 'n' then
     redis.call('ZREM', key, member)
+  elseif string.sub(kind, 1, 1) == 't' then
+    local before, after = string.match(kind, '^t([^|]*)|(.+)$')
+    if after and redis.call('GET', key) == after then
+      if before == '' then
+        redis.call('DEL', key)
+      else
+        redis.call('SET', key, before, 'KEEPTTL')
+      end
+    end
+  elseif string.sub(kind, 1, 1) == 'g' then
+    local increment, now = string.match(kind, '^g(%d+):(%d+)$')
+    if increment then
+      gcra_undo(key, tonumber(now), tonumber(increment))
+    end
   end
 end
 return #KEYS

@@ -123,13 +123,17 @@ class Scenario:
         req: list[bytes] | bytes | None = None,
         count: list[bytes] | bytes | None = None,
         conn: list[bytes] | bytes | None = None,
+        algo: list[bytes] | bytes | None = None,
+        cost: int | None = None,
     ) -> Outcome:
         route = self.routes[location]
         self.clock.at(t)
         rk = _keys(req, len(route.limit_req))
         ck = _keys(count, len(route.limit_count))
         nk = _keys(conn, len(route.limit_conn))
-        verdict = await self.store.admit(route, rk, ck, nk)
+        ak = _keys(algo, len(route.limit_algo))
+        uses = [(k, lim.cost if cost is None else cost) for k, lim in zip(ak, route.limit_algo, strict=True)]
+        verdict = await self.store.admit(route, rk, ck, nk, uses)
         count_status = ""
         if route.limit_count:
             if verdict.count_rejected >= 0:

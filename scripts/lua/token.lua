@@ -1,0 +1,99 @@
+--[[ token: Guava's SmoothBursty / SmoothWarmingUp (cold factor 3), requests wait for permits.
+
+The arithmetic of gateway/limits/token.py, step by step in the same order (doubles
+on both sides, so both stores compute the same bits).
+
+Key:    <prefix><zone>:<key>  (with the hash tag of count keys on a cluster)
+Value:  "<stored permits>:<next_free_us>"  (%.17g: doubles round-trip exactly)
+Expiry: until the bucket is full again, plus a second (a full bucket is a new key).
+
+  EVALSHA <sha> 1 <key> <now_ms> <stable_us> <warmup_us> <max_delay_us>
+Reply: {limited (0/1), 0, remaining, retry_after_s, reset_s, delay_ms}
+       (the second field, the policy's quota, is filled in by the gateway)
+]]
+
+local function token_trunc(x)
+  if x < 0 then
+    return math.ceil(x)
+  end
+  return math.floor(x)
+end
+
+local function token_shape(stable, warmup)
+  local cold = stable * 3.0
+  local threshold, max_permits, slope, cool_down = 0.0, 1e6 / stable, 0.0, stable
+  if warmup > 0 then
+    threshold = 0.5 * warmup / stable
+    max_permits = threshold + 2.0 * warmup / (stable + cold)
+    slope = (cold - stable) / (max_permits - threshold)
+    cool_down = warmup / max_permits
+  end
+  return threshold, max_permits, slope, cool_down
+end
+
+local function token_stored_wait(stable, warmup, threshold, slope, stored, take)
+  if warmup <= 0 then
+    return 0.0
+  end
+  local micros = 0.0
+  local above = stored - threshold
+  if above > 0.0 then
+    local above_take = math.min(above, take)
+    local length = (stable + above * slope) + (stable + (above - above_take) * slope)
+    micros = token_trunc(above_take * length / 2.0)
+    take = take - above_take
+  end
+  return micros + token_trunc(stable * take)
+end
+
+-- limited, the six reply fields, and the value to store when committed (nil when limited)
+local function token_peek(key, now_ms, stable, warmup, max_delay)
+  local now = now_ms * 1000.0
+  local threshold, max_permits, slope, cool_down = token_shape(stable, warmup)
+  local stored, next_free = max_permits, now
+  local raw = redis.call('GET', key)
+  local known = false
+  if raw then
+    local s, n = string.match(raw, '^([^:]+):([^:]+)$')
+    if s and tonumber(s) and tonumber(n) then
+      stored, next_free, known = tonumber(s), tonumber(n), true
+    end
+  end
+  if known and next_free - max_delay > now then
+    local retry_us = next_free - max_delay - now
+    local held = stored
+    if now > next_free then
+      held = math.min(max_permits, stored + (now - next_free) / cool_down)
+    end
+    local refill = math.max(next_free - now, 0.0) + math.max(max_permits - stored, 0.0) * cool_down
+    local reply = {1, 0, math.max(0, math.floor(held)), math.max(1, math.ceil(retry_us / 1e6)),
+      math.ceil(refill / 1e6), 0}
+    return true, reply, nil, 0
+  end
+  if now > next_free then
+    stored = math.min(max_permits, stored + (now - next_free) / cool_down)
+    next_free = now
+  end
+  local spend = math.min(1.0, stored)
+  local fresh = 1 - spend
+  local wait = token_stored_wait(stable, warmup, threshold, slope, stored, spend) + token_trunc(fresh * stable)
+  local waiting = math.max(next_free - now, 0.0)
+  stored = stored - spend
+  next_free = next_free + wait
+  local refill = math.max(next_free - now, 0.0) + math.max(max_permits - stored, 0.0) * cool_down
+  local reply = {0, 0, math.max(0, math.floor(stored)), -1, math.ceil(refill / 1e6), math.ceil(waiting / 1000)}
+  return false, reply, string.format('%.17g:%.17g', stored, next_free), math.ceil(refill / 1000) + 1000
+end
+
+local function token_commit(key, value, expire_ms)
+  redis.call('SET', key, value, 'PX', expire_ms)
+end
+
+--#entry
+local key = KEYS[1]
+local limited, reply, value, expire_ms = token_peek(key, tonumber(ARGV[1]), tonumber(ARGV[2]),
+  tonumber(ARGV[3]), tonumber(ARGV[4]))
+if not limited then
+  token_commit(key, value, expire_ms)
+end
+return reply
