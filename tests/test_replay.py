@@ -1,0 +1,167 @@
+"""``gateway replay``: known answers computed here, gzip, a round trip through a real gateway, and speed."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from gateway.config import load_config_text
+from gateway.replay.logread import Timing, line_parser, read_requests
+from gateway.replay.report import Report
+from gateway.replay.simulate import Outcome, Simulator
+from tests.helpers import ROOT, Gateway, Upstream
+
+CONFIG = """
+listen: 127.0.0.1:{port}
+admin: {{listen: "off"}}
+log: {{access: stdout, format: '$remote_addr [$msec] "$request" $status rt=$request_time lreq=$limit_req_status'}}
+upstreams: {{app: {{servers: ["{upstream}"]}}}}
+zones:
+  ip: {{type: req, key: $binary_remote_addr, rate: 2r/s}}
+  five: {{type: req, key: $remote_addr, rate: 5r/s}}
+routes:
+  - {{location: /, upstream: app}}
+  - {{location: /api/, upstream: app, limit_req: [{{zone: ip}}]}}
+  - {{location: /burst/, upstream: app, limit_req: [{{zone: five, burst: 3, delay: 1}}]}}
+"""
+TEMPLATE = '$remote_addr [$msec] "$request" $status rt=$request_time lreq=$limit_req_status'
+
+
+def _replay(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "replay", *args], cwd=str(ROOT), capture_output=True, text=True, timeout=60
+    )
+
+
+def _synthetic(path: Path, t0: float = 1_790_000_000.0) -> tuple[int, int]:
+    """Client A every 100 ms for 10 s, client B every second, on /api/ (2r/s, no burst); 10 on / .
+
+    The right answer, from the leaky bucket by hand: a request passes when the bucket has drained
+    a whole request (500 ms at 2r/s) since the last one that passed: A passes at 0, 500, 1000...
+    (20 of 100); B always passes (10 of 10)."""
+    lines = []
+    for i in range(100):
+        lines.append((t0 + i * 0.1, "10.0.0.1", "/api/x"))
+    for i in range(10):
+        lines.append((t0 + i + 0.05, "10.0.0.2", "/api/y"))
+        lines.append((t0 + i + 0.07, "10.0.0.3", "/free"))
+    lines.sort()
+    with path.open("w") as f:
+        for t, ip, uri in lines:
+            f.write(f'{ip} [{t:.3f}] "GET {uri} HTTP/1.1" 200 rt=0.000 lreq=-\n')
+    passed = sum(1 for i in range(100) if (i * 100) % 500 == 0) + 10
+    return passed, 110 - passed
+
+
+def test_synthetic_log_gives_the_answer_computed_by_hand(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    passed, rejected = _synthetic(log)
+    conf = tmp_path / "limits.yaml"
+    conf.write_text(CONFIG.format(port=1, upstream="127.0.0.1:9"))
+    result = _replay(str(log), "-c", str(conf), "--format", TEMPLATE, "--json", "--html", str(tmp_path / "r.html"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    ip = report["zones"]["ip"]
+    assert (
+        (ip["requests"], ip["passed"], ip["delayed"], ip["rejected"]) == (110, passed, 0, rejected) == (110, 30, 0, 80)
+    )
+    assert ip["top_limited_keys"] == [{"key": "10.0.0.1", "count": 80}]
+    assert report["routes"]["/"]["requests"] == 10 and report["routes"]["/"]["rejected"] == 0
+    assert report["timing"]["precise_ms"] and not report["timing"]["spread_within_second"]
+    page = (tmp_path / "r.html").read_text()
+    assert "<svg" in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")  # no external asset
+    # the same log gzipped gives the same report
+    with gzip.open(tmp_path / "access.log.gz", "wt") as f:
+        f.write(log.read_text())
+    gz = _replay(str(tmp_path / "access.log.gz"), "-c", str(conf), "--format", TEMPLATE, "--json")
+    assert json.loads(gz.stdout)["zones"] == report["zones"]
+
+
+def test_whole_second_logs_are_spread_and_the_report_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "combined.log"
+    # 4 requests in each of 5 seconds from one client: spread to 0, 250, 500, 750 ms: at 2r/s the ones
+    # at 0 and 500 pass (10), the others are rejected (10)
+    with log.open("w") as f:
+        for s in range(5):
+            for _ in range(4):
+                f.write(f'10.0.0.9 - - [23/Nov/2026:18:00:{s:02d} +0000] "GET /api/ HTTP/1.1" 200 5 "-" "ua"\n')
+    conf = tmp_path / "limits.yaml"
+    conf.write_text(CONFIG.format(port=1, upstream="127.0.0.1:9"))
+    report = json.loads(_replay(str(log), "-c", str(conf), "--json").stdout)
+    assert report["zones"]["ip"]["passed"] == 10 and report["zones"]["ip"]["rejected"] == 10
+    assert report["timing"]["spread_within_second"]
+    assert any("spread evenly" in n for n in report["notes"])
+
+
+async def _schedule(url: str) -> None:
+    async with aiohttp.ClientSession() as session:
+
+        async def get(path: str, at: float) -> None:
+            await asyncio.sleep(at)
+            async with session.get(url + path) as resp:
+                await resp.read()
+
+        plan = [(0.0, 6), (0.45, 3), (1.0, 3)]
+        await asyncio.gather(*(get("/burst/", at) for at, n in plan for _ in range(n)), get("/api/", 0.0))
+
+
+def test_round_trip_reproduces_the_logged_limit_req_status(
+    gateway_factory: Callable[..., Gateway], tmp_path: Path
+) -> None:
+    upstream = Upstream("rt").start()
+    try:
+        text = CONFIG.format(port="{port}", upstream=upstream.address)
+        gw = gateway_factory(lambda port: text.replace("{port}", str(port)))
+        asyncio.run(_schedule(gw.url))
+        lines = [line for line in gw.access_lines(wait=0.4) if "lreq=" in line]
+    finally:
+        upstream.stop()
+    assert len(lines) == 13
+    logged = [line.rsplit("lreq=", 1)[1] for line in lines]
+    assert {"PASSED", "DELAYED", "REJECTED"} <= set(logged), logged
+    config = load_config_text(text.replace("{port}", "1"))
+    parse, _ = line_parser(TEMPLATE)
+    outcomes = list(Simulator(config).run(read_requests(lines, parse, Timing())))
+    # Requests of one burst are identical (same client, same URI): which of them the gateway served first is
+    # not in the log, so within a burst the statuses are compared as a multiset, as the differential does.
+    first = min(o.t_ms for o in outcomes)
+
+    def burst(o: Outcome) -> tuple[str, float]:
+        offset = (o.t_ms - first) / 1000
+        return o.logged["request"], min((0.0, 0.45, 1.0), key=lambda at: abs(at - offset))
+
+    logged_by_burst: Counter[tuple[tuple[str, float], str]] = Counter()
+    replayed_by_burst: Counter[tuple[tuple[str, float], str]] = Counter()
+    for o in outcomes:
+        logged_by_burst[(burst(o), o.logged["limit_req_status"] or "-")] += 1
+        replayed_by_burst[(burst(o), o.limit_req_status or "-")] += 1
+    assert replayed_by_burst == logged_by_burst, lines
+
+
+def test_benchmark_lines_per_second(tmp_path: Path) -> None:
+    n = 100_000
+    lines = [
+        f'10.{i % 250}.{i % 7}.1 [{1_790_000_000 + i / 1000:.3f}] "GET /api/{i % 13} HTTP/1.1" 200 rt=0.001 lreq=-\n'
+        for i in range(n)
+    ]
+    config = load_config_text(CONFIG.format(port=1, upstream="127.0.0.1:9"))
+    parse, _ = line_parser(TEMPLATE)
+    timing = Timing()
+    report = Report(timing=timing)
+    started = time.perf_counter()
+    for out in Simulator(config).run(read_requests(lines, parse, timing)):
+        report.add(out)
+    elapsed = time.perf_counter() - started
+    rate = n / elapsed
+    print(f"\nreplay: {n} lines in {elapsed:.2f} s = {rate:,.0f} lines/s")
+    assert report.lines == n
+    assert rate > 5_000
