@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gateway.nginxconf.emit import render
 from gateway.nginxconf.parser import parse_config
 from gateway.nginxconf.translate import translate
-from gateway.nginxconf.emit import render
 from tests.differential import harness
 from tests.differential.conftest import STAGGER_MS, _hold, find_nginx
 from tests.differential.model import analyse
