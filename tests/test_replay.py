@@ -165,3 +165,69 @@ def test_benchmark_lines_per_second(tmp_path: Path) -> None:
     print(f"\nreplay: {n} lines in {elapsed:.2f} s = {rate:,.0f} lines/s")
     assert report.lines == n
     assert rate > 5_000
+
+
+CONN_CONFIG = """
+upstreams: {app: {servers: ["127.0.0.1:9"]}}
+zones:
+  c: {type: conn, key: $remote_addr}
+  r: {type: req, key: $remote_addr, rate: 1r/s}
+routes:
+  - {location: /c/, upstream: app, limit_conn: [{zone: c, max: 1}]}
+  - {location: /d/, upstream: app, limit_req: [{zone: r, burst: 5}], limit_conn: [{zone: c, max: 1}]}
+"""
+
+
+def _outcomes(config_text: str, lines: list[str]) -> list[Outcome]:
+    parse, _ = line_parser(TEMPLATE)
+    return list(Simulator(load_config_text(config_text)).run(read_requests(lines, parse, Timing())))
+
+
+def _line(ip: str, end_s: float, uri: str, rt: float) -> str:
+    return f'{ip} [{1_790_000_000 + end_s:.3f}] "GET {uri} HTTP/1.1" 200 rt={rt:.3f} lreq=-'
+
+
+def test_limit_conn_holds_a_slot_from_start_to_logged_end() -> None:
+    # A holds 0..1000 ms; B arrives at 500 (logged end 600): rejected; C at 1200: passed; another client passes
+    lines = [_line("10.0.0.1", 0.6, "/c/", 0.1), _line("10.0.0.1", 1.0, "/c/", 1.0), _line("10.0.0.2", 0.7, "/c/", 0.1)]
+    lines.append(_line("10.0.0.1", 1.3, "/c/", 0.1))
+    got = [(o.t_ms - 1_790_000_000_000, o.limit_conn_status) for o in _outcomes(CONN_CONFIG, lines)]
+    assert got == [(0, "PASSED"), (500, "REJECTED"), (600, "PASSED"), (1200, "PASSED")]
+
+
+def test_a_delayed_request_takes_its_conn_slot_after_the_delay() -> None:
+    # first at 0 holds its slot until 100 ms; the second, at 10 ms, is delayed 990 ms by limit_req: it asks
+    # for the slot at 1000 ms, when the first is long gone (on arrival it would have been rejected)
+    lines = [_line("10.0.0.1", 0.1, "/d/", 0.1), _line("10.0.0.1", 1.11, "/d/", 1.1)]
+    first, second = _outcomes(CONN_CONFIG, lines)
+    assert (first.limit_req_status, first.limit_conn_status) == ("PASSED", "PASSED")
+    assert (second.limit_req_status, second.delay_ms, second.limit_conn_status) == ("DELAYED", 990, "PASSED")
+
+
+def test_memory_stays_bounded_as_the_log_grows(tmp_path: Path) -> None:
+    """Peak RSS of ``gateway replay`` on 80k and 320k lines of all-distinct clients: the zone's ``size``
+    bounds the limit state (as in the gateway), the address parser's cache is capped at 65536 entries,
+    top keys, timeline and reorder window are capped: four times the log, about the same memory."""
+    conf = tmp_path / "limits.yaml"
+    conf.write_text(CONFIG.format(port=1, upstream="127.0.0.1:9").replace("rate: 2r/s}", "rate: 2r/s, size: 64k}"))
+
+    def peak_kb(n: int) -> int:
+        log = tmp_path / f"{n}.log"
+        with log.open("w") as f:
+            for i in range(n):
+                ip = f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}"
+                f.write(f'{ip} [{1_790_000_000 + i / 100:.3f}] "GET /api/ HTTP/1.1" 200 rt=0.000 lreq=-\n')
+        wrapper = (
+            "import resource, runpy, sys\n"
+            "try:\n    runpy.run_module('gateway', run_name='__main__')\n"
+            "finally:\n    print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        )
+        args = ["replay", str(log), "-c", str(conf), "--format", TEMPLATE, "--json"]
+        result = subprocess.run(
+            [sys.executable, "-c", wrapper, *args], cwd=str(ROOT), capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0 and json.loads(result.stdout)["lines"] == n, result.stderr
+        return int(result.stderr.rsplit("maxrss ", 1)[1].split()[0])
+
+    small, large = peak_kb(80_000), peak_kb(320_000)
+    assert large < small * 1.25, (small, large)

@@ -72,7 +72,6 @@ def _timing_notes(report: Report, timing: Timing) -> None:
         report.notes.append("requests were placed at their start ($msec or the second, minus $request_time)")
     else:
         report.notes.append("no $request_time: limit_conn slots are released at once (concurrency is not known)")
-    report.notes.append("a delayed request's limit_conn slot is taken on arrival here (the gateway: after the delay)")
     if timing.late:
         report.notes.append(f"{timing.late} requests started before ones already replayed and were replayed late")
     if timing.unparsed:

@@ -5,15 +5,17 @@ rules apply (deny = 403, allow = exempt), and ``MemoryStore.decide`` runs the pu
 limit modules (``gateway/limits``) with zone sizes bounding memory, with a clock
 that reads the log's timestamps. The statuses follow ``gateway/limiting.py``.
 
-Two approximations, stated in the report: the client address is the logged
-``$remote_addr`` (already the real client behind trusted proxies), and a delayed
-request takes its limit_conn slot on arrival rather than after its delay. A slot is
-held until the request's logged end (start + ``$request_time``; at once without it).
+The client address is the logged ``$remote_addr`` (already the real client behind
+trusted proxies). A delayed request takes its limit_conn slot when its delay ends,
+as the gateway does; its outcome is yielded then, so outcomes come out in order of
+arrival but may wait for the delays before them. A slot is held until the request's
+logged end (start + ``$request_time``; at once without it).
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -52,6 +54,7 @@ class Outcome:
     denied: bool = False
     zones: list[ZoneOutcome] = field(default_factory=list)
     logged: dict[str, str] = field(default_factory=dict)
+    pending: bool = False  # waiting for its delay to end before limit_conn
 
 
 class Simulator:
@@ -61,17 +64,38 @@ class Simulator:
         self.store = MemoryStore(clock_ms=lambda: self.now)
         self.store.configure(config.spec.zones)
         self._held: list[tuple[int, int, RoutePlan, ConnDecision]] = []
+        self._deferred: list[tuple[int, int, RoutePlan, list[bytes], Outcome, LogRequest]] = []
         self._seq = 0
 
     def run(self, requests: Iterator[LogRequest]) -> Iterator[Outcome]:
+        waiting: deque[Outcome] = deque()
         for req in requests:
-            yield self.one(req)
+            self.advance(req.t_ms)
+            waiting.append(self.one(req))
+            while waiting and not waiting[0].pending:
+                yield waiting.popleft()
+        self.advance(None)
+        yield from waiting
+
+    def advance(self, until: int | None) -> None:
+        """Slots released and delayed requests' slots taken, in time order, up to ``until`` (None: all)."""
+        while True:
+            held = self._held[0][0] if self._held else None
+            deferred = self._deferred[0][0] if self._deferred else None
+            due = [t for t in (held, deferred) if t is not None and (until is None or t <= until)]
+            if not due:
+                return
+            if held is not None and held == min(due):
+                _, _, route, decision = heapq.heappop(self._held)
+                self.store.release(route, decision)
+                continue
+            at, _, route, keys, out, req = heapq.heappop(self._deferred)
+            self.now = at
+            out.pending = False
+            self.conn_outcome(route, self.store.take_conn(route, keys), keys, out, req)
 
     def one(self, req: LogRequest) -> Outcome:
         self.now = req.t_ms
-        while self._held and self._held[0][0] <= req.t_ms:
-            _, _, route, decision = heapq.heappop(self._held)
-            self.store.release(route, decision)
         ctx = context_of(req.fields)
         out = Outcome(t_ms=req.t_ms, route="", logged=req.fields)
         try:
@@ -127,7 +151,9 @@ class Simulator:
                 out.limit_count_status = PASSED
         conn = verdict.conn
         if conn is None and route.limit_conn and not out.status and d is not None and d.delay_ms and not dry:
-            conn = self.store.take_conn(route, conn_keys)  # the gateway takes it after the delay
+            self._seq += 1  # the gateway takes the slot after the delay
+            out.pending = True
+            heapq.heappush(self._deferred, (req.t_ms + d.delay_ms, self._seq, route, conn_keys, out, req))
         if conn is not None and not out.status:
             self.conn_outcome(route, conn, conn_keys, out, req)
 
@@ -146,7 +172,7 @@ class Simulator:
             out.limit_conn_status = PASSED
         if conn.taken:
             self._seq += 1
-            heapq.heappush(self._held, (max(req.end_ms, req.t_ms), self._seq, route, conn))
+            heapq.heappush(self._held, (max(req.end_ms, self.now), self._seq, route, conn))
 
 
 def context_of(fields: dict[str, str]) -> RequestContext:
