@@ -18,7 +18,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import IO
@@ -39,12 +39,11 @@ class Timing:
     first_unparsed: str = ""
 
 
-@dataclass(slots=True, order=True)
+@dataclass(slots=True)
 class LogRequest:
-    t_ms: int
-    seq: int
-    end_ms: int = field(compare=False)
-    fields: dict[str, str] = field(compare=False)
+    t_ms: int  # start (estimated), on the log's clock
+    end_ms: int  # as logged
+    fields: dict[str, str]
 
 
 def open_log(path: str) -> IO[str]:
@@ -188,7 +187,7 @@ def _even(second_ms: int, group: list[dict[str, str]]) -> Iterator[tuple[int, di
 
 
 def _reorder(items: Iterator[tuple[int, dict[str, str]]], timing: Timing) -> Iterator[LogRequest]:
-    heap: list[LogRequest] = []
+    heap: list[tuple[int, int, LogRequest]] = []  # (start, line number, request): ties keep log order
     newest = 0
     window = 1000  # grows with the longest $request_time seen, up to REORDER_MS
     last = -(2**62)
@@ -197,15 +196,14 @@ def _reorder(items: Iterator[tuple[int, dict[str, str]]], timing: Timing) -> Ite
         if took:
             timing.starts = True
             window = min(REORDER_MS, max(window, took + 1000))
-        req = LogRequest(end - took, seq, end, fields)
         newest = max(newest, end)
-        heapq.heappush(heap, req)
-        while heap and heap[0].t_ms <= newest - window:
-            out = heapq.heappop(heap)
+        heapq.heappush(heap, (end - took, seq, LogRequest(end - took, end, fields)))
+        while heap and heap[0][0] <= newest - window:
+            out = heapq.heappop(heap)[2]
             last = _clamp(out, last, timing)
             yield out
     while heap:
-        out = heapq.heappop(heap)
+        out = heapq.heappop(heap)[2]
         last = _clamp(out, last, timing)
         yield out
 

@@ -118,9 +118,9 @@ class Report:
             result = DELAYED
         else:
             result = "PASSED"
-        self.routes.setdefault(out.route, Tally()).add(out.t_ms, result, out.delay_ms, None)
+        _tally(self.routes, out.route).add(out.t_ms, result, out.delay_ms, None)
         for z in out.zones:
-            self.zones.setdefault(z.zone, Tally()).add(out.t_ms, z.result, z.delay_ms, z.key)
+            _tally(self.zones, z.zone).add(out.t_ms, z.result, z.delay_ms, z.key)
 
     def key_text(self, zone: str) -> Any:
         binary = zone in self.binary_zones
@@ -194,6 +194,13 @@ class Report:
             parts.append(_svg(tally.timeline))
         parts.append("</body></html>")
         return "\n".join(parts) + "\n"
+
+
+def _tally(tallies: dict[str, Tally], name: str) -> Tally:
+    tally = tallies.get(name)
+    if tally is None:
+        tally = tallies[name] = Tally()
+    return tally
 
 
 def _svg(t: Timeline, width: int = 900, height: int = 160) -> str:
