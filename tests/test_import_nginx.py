@@ -184,3 +184,20 @@ def test_includes_follow_globs_in_order_and_refuse_a_loop(tmp_path: Path) -> Non
     (tmp_path / "missing.conf").write_text("include nothere.conf;\n")
     with pytest.raises(ParseError, match="No such file"):
         parse_config(str(tmp_path / "missing.conf"))
+
+
+def test_hostile_configs_are_refused_with_a_line_not_a_crash(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.conf"
+    deep.write_text("a {" * 5000 + "}" * 5000)
+    loop = tmp_path / "loop.conf"
+    loop.write_text("include loop.conf;\n")
+    for level in range(12):  # no loop, but each file includes the 4 files of the next level: 4^12 files
+        (tmp_path / f"L{level}").mkdir()
+        for i in range(4):
+            (tmp_path / f"L{level}" / f"{i}.conf").write_text(f"include L{level + 1}/*.conf;\n")
+    (tmp_path / "L12").mkdir()
+    fan = tmp_path / "fan.conf"
+    fan.write_text("include L0/*.conf;\n")
+    for conf, message in [(deep, "nested deeper than 64"), (loop, "deeper than 32"), (fan, "included files")]:
+        result = _gateway("import-nginx", str(conf))
+        assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr

@@ -236,3 +236,13 @@ def test_memory_stays_bounded_as_the_log_grows(tmp_path: Path) -> None:
 
     small, large = peak_kb(80_000), peak_kb(320_000)
     assert large < small * 1.25, (small, large)
+
+
+def test_an_overlong_line_is_skipped_not_held(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    good = _line("10.0.0.1", 1.0, "/api/", 0.0)
+    log.write_text(good + "\n" + "x" * 1_000_000 + "\n" + good.replace("10.0.0.1", "10.0.0.2") + "\n")
+    conf = tmp_path / "limits.yaml"
+    conf.write_text(CONFIG.format(port=1, upstream="127.0.0.1:9"))
+    report = json.loads(_replay(str(log), "-c", str(conf), "--format", TEMPLATE, "--json").stdout)
+    assert report["lines"] == 2 and report["timing"]["unparsed_lines"] == 1

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 _SEPARATORS = " \t\r\n;{}"
 _UNESCAPE = {'"': '"', "'": "'", "\\": "\\", "t": "\t", "r": "\r", "n": "\n"}
 MAX_INCLUDE_DEPTH = 32
+MAX_FILES = 10_000  # included files in all: a glob including itself fans out
+MAX_BLOCK_DEPTH = 64  # nested blocks (nginx configs nest a handful)
+MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
 class ParseError(ValueError):
@@ -146,7 +149,10 @@ class _Lexer:
 def _read(path: str, shown: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
+            text = f.read(MAX_FILE_BYTES + 1)
+        if len(text) > MAX_FILE_BYTES:
+            raise ParseError(shown, 0, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+        return text
     except OSError as exc:
         raise ParseError(shown, 0, f"cannot read: {exc.strerror or exc}") from None
 
@@ -155,8 +161,13 @@ def _read(path: str, shown: str) -> str:
 class _Builder:
     base_dir: str
     depth: int = 0
+    files: int = 0
+    blocks: int = 0
 
     def parse_file(self, path: str, shown: str) -> list[Directive]:
+        self.files += 1
+        if self.files > MAX_FILES:
+            raise ParseError(shown, 0, f"more than {MAX_FILES} included files (an include fanning out?)")
         tokens = _Lexer(_read(path, shown), shown).run()
         directives, pos = self._block(tokens, 0, shown, top=True)
         assert pos == len(tokens)
@@ -177,7 +188,11 @@ class _Builder:
             elif not tok.quoted and tok.value == "{":
                 if not words:
                     raise ParseError(file, tok.line, 'unexpected "{"')
+                self.blocks += 1
+                if self.blocks > MAX_BLOCK_DEPTH:
+                    raise ParseError(file, tok.line, f"blocks nested deeper than {MAX_BLOCK_DEPTH}")
                 inner, pos = self._block(tokens, pos, file, top=False)
+                self.blocks -= 1
                 d = Directive(words[0].value, [w.value for w in words[1:]], file, words[0].line, inner)
                 d.end_line = tokens[pos - 1].line
                 out.append(d)

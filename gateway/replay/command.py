@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 from gateway.config import load_config
-from gateway.replay.logread import Timing, line_parser, open_log, read_requests
+from gateway.replay.logread import Timing, line_parser, lines_of, open_log, read_requests
 from gateway.replay.report import Report
 from gateway.replay.simulate import Outcome, Simulator
 
@@ -37,7 +37,7 @@ def run_replay(args: argparse.Namespace) -> int:
         return 1
     simulator = Simulator(config)
     with stream:
-        outcomes = simulator.run(read_requests(stream, parse, timing))
+        outcomes = simulator.run(read_requests(lines_of(stream), parse, timing))
         for out in _progress(outcomes, args.access_log):
             report.add(out)
     _timing_notes(report, timing)

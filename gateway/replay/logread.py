@@ -26,6 +26,7 @@ from typing import IO
 from gateway.config.logformat import PRESETS, VARIABLE
 
 REORDER_MS = 60_000
+MAX_LINE = 64 * 1024  # longer lines are skipped (counted as unparsed), never held whole
 LineParser = Callable[[str], dict[str, str] | None]
 
 
@@ -52,6 +53,22 @@ def open_log(path: str) -> IO[str]:
     peek = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else b""
     stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if peek == b"\x1f\x8b" else raw  # type: ignore[assignment]
     return io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="\n")
+
+
+def lines_of(stream: IO[str]) -> Iterator[str]:
+    """Lines of at most ``MAX_LINE`` characters; the rest of a longer line is read and dropped."""
+    while True:
+        line = stream.readline(MAX_LINE)
+        if not line:
+            return
+        if len(line) == MAX_LINE and not line.endswith("\n"):
+            while True:
+                rest = stream.readline(MAX_LINE)
+                if not rest or rest.endswith("\n"):
+                    break
+            yield "\x00overlong line"  # matches no format: counted as unparsed
+            continue
+        yield line
 
 
 def template_of(fmt: str) -> str:
