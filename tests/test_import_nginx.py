@@ -201,3 +201,15 @@ def test_hostile_configs_are_refused_with_a_line_not_a_crash(tmp_path: Path) -> 
     for conf, message in [(deep, "nested deeper than 64"), (loop, "deeper than 32"), (fan, "included files")]:
         result = _gateway("import-nginx", str(conf))
         assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_tls_only_server_is_left_out_not_moved_to_port_80(tmp_path: Path) -> None:
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        "http { server { listen 443 ssl; location / { proxy_pass http://127.0.0.1:9000; } }\n"
+        "       server { listen 8080; location / { proxy_pass http://127.0.0.1:9000; } } }\n"
+    )
+    result = _gateway("import-nginx", str(conf))
+    assert result.returncode == 2
+    assert "nginx.conf:1: listen 443 ssl;" in result.stderr and "server left out" in result.stderr
+    assert yaml.safe_load(result.stdout)["listen"] == "0.0.0.0:8080"

@@ -16,7 +16,7 @@ import aiohttp
 from gateway.config import load_config_text
 from gateway.replay.logread import Timing, line_parser, read_requests
 from gateway.replay.report import Report
-from gateway.replay.simulate import Outcome, Simulator
+from gateway.replay.simulate import Outcome, Simulator, context_of
 from tests.helpers import ROOT, Gateway, Upstream
 
 CONFIG = """
@@ -246,3 +246,24 @@ def test_an_overlong_line_is_skipped_not_held(tmp_path: Path) -> None:
     conf.write_text(CONFIG.format(port=1, upstream="127.0.0.1:9"))
     report = json.loads(_replay(str(log), "-c", str(conf), "--format", TEMPLATE, "--json").stdout)
     assert report["lines"] == 2 and report["timing"]["unparsed_lines"] == 1
+
+
+def test_the_gateways_own_formats_are_read(tmp_path: Path) -> None:
+    """combined, gateway (time_local + rt=) and json (time_iso8601) lines of the same request."""
+    combined = '10.0.0.5 - - [23/Nov/2026:18:44:05 +0000] "GET /api/a?x=1 HTTP/1.1" 200 5 "-" "curl/8"'
+    gateway = combined + ' rt=0.250 ua="127.0.0.1:9000" us=200 ut=0.249 lreq=PASSED lconn=- lcount=-'
+    record = {
+        "time_iso8601": "2026-11-23T18:44:05+00:00", "remote_addr": "10.0.0.5", "request_method": "GET",
+        "request_uri": "/api/a?x=1", "status": 200, "request_time": 0.25, "limit_req_status": "PASSED",
+    }  # fmt: skip
+    second = 1795459445000  # 2026-11-23T18:44:05Z in ms
+    for fmt, line, start in [
+        ("combined", combined, second),
+        ("gateway", gateway, second - 250),
+        ("json", json.dumps(record), second - 250),
+    ]:
+        parse, _ = line_parser(fmt)
+        (req,) = list(read_requests([line], parse, Timing()))
+        assert req.t_ms == start, fmt
+        ctx = context_of(req.fields)
+        assert (ctx.client.text, ctx.method, ctx.raw_target, ctx.raw_query) == ("10.0.0.5", "GET", "/api/a?x=1", "x=1")

@@ -212,12 +212,17 @@ class _Translator:
                 self.listen(x, server)
             elif x.name == "server_name":
                 server.names.extend(x.args)
+            elif x.name == "return":
+                self.skip(x, "a server-level return: write it as a location / with return (needs return routes)")
             elif x.name in ("set_real_ip_from", "real_ip_header", "real_ip_recursive", "access_log") and not single:
                 self.skip(x, "the gateway has one setting for all servers: per-server values are not supported")
             elif not self.global_directive(x, scope, level="server"):
                 self.skip(x, _unsupported(x))
-        if not server.listen:
+        if not any(x.name == "listen" for x in block):
             server.listen.append("0.0.0.0:80")  # nginx's default (as root)
+        elif not server.listen:
+            self.skip(d, "no listen address the gateway can serve (see the listen lines): server left out")
+            return
         seen: dict[tuple[str, str], str] = {}
         for x in block:
             if x.name == "location":
