@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -83,7 +82,6 @@ def _progress(outcomes: Iterator[Outcome], path: str) -> Iterator[Outcome]:
     if not sys.stderr.isatty():
         yield from outcomes
         return
-    size = os.path.getsize(path) if path != "-" and os.path.exists(path) else 0
     started = last = time.monotonic()
     n = 0
     for out in outcomes:
@@ -92,6 +90,6 @@ def _progress(outcomes: Iterator[Outcome], path: str) -> Iterator[Outcome]:
         if n % 4096 == 0 and time.monotonic() - last > 0.25:
             last = time.monotonic()
             rate = n / max(last - started, 1e-9)
-            sys.stderr.write(f"\r{n:,} lines, {rate:,.0f} lines/s" + (f" ({size:,} bytes)" if size else ""))
+            sys.stderr.write(f"\r{path}: {n:,} lines, {rate:,.0f} lines/s")
             sys.stderr.flush()
     sys.stderr.write(f"\r{n:,} lines in {time.monotonic() - started:.1f} s\n")
