@@ -213,3 +213,19 @@ def test_a_tls_only_server_is_left_out_not_moved_to_port_80(tmp_path: Path) -> N
     assert result.returncode == 2
     assert "nginx.conf:1: listen 443 ssl;" in result.stderr and "server left out" in result.stderr
     assert yaml.safe_load(result.stdout)["listen"] == "0.0.0.0:8080"
+
+
+def test_global_settings_below_their_level_are_skipped_or_override_like_nginx(tmp_path: Path) -> None:
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        "http {\n access_log /var/log/http.log;\n server {\n  listen 8080;\n  access_log /var/log/server.log;\n"
+        "  location / {\n   proxy_pass http://127.0.0.1:9000;\n   access_log off;\n   set_real_ip_from 10.0.0.0/8;\n"
+        "   keepalive_timeout 5s;\n  }\n }\n}\n"
+    )
+    result = _gateway("import-nginx", str(conf))
+    doc = yaml.safe_load(result.stdout)
+    assert doc["log"] == {"access": "/var/log/server.log", "format": "combined"}
+    assert "real_ip" not in doc and "keepalive_timeout" not in doc
+    for line in ("nginx.conf:2: access_log /var/log/http.log; -- overridden", "nginx.conf:8: access_log off; -- a per-route",
+                 "nginx.conf:9: set_real_ip_from", "nginx.conf:10: keepalive_timeout"):  # fmt: skip
+        assert line in result.stderr, (line, result.stderr)

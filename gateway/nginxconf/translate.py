@@ -115,6 +115,7 @@ class _Translator:
         self.log: Doc = {}
         self.real_ip: Doc = {}
         self.access_deny: list[str] = []
+        self.access_from: Directive | None = None  # the http-level access_log, which a server's overrides
 
     def skip(self, d: Directive, reason: str) -> None:
         self.r.skipped.append(Skipped(d.where, d.text(), reason))
@@ -170,7 +171,7 @@ class _Translator:
             assert d.block is not None
             self.server(d, d.block, scope.child(), single=len(servers) == 1)
 
-    def global_directive(self, d: Directive, scope: Scope, level: str) -> bool:
+    def global_directive(self, d: Directive, scope: Scope, level: str, single: bool = True) -> bool:
         handlers = {
             "limit_req_zone": self.limit_req_zone,
             "limit_conn_zone": self.limit_conn_zone,
@@ -185,19 +186,25 @@ class _Translator:
             "large_client_header_buffers": self.header_buffers,
             "server_tokens": self.server_tokens,
         }
-        if d.name in EDGE_DURATIONS:
-            self.edge_duration(d)
-            return True
         if d.name in ("allow", "deny"):
             return False  # collected per level by access_rules
-        handler = handlers.get(d.name)
+        handler = self.edge_duration if d.name in EDGE_DURATIONS else handlers.get(d.name)
         if handler is None:
             return False
-        nested = level == "location" or (level == "server" and d.name not in ("access_log", "error_log"))
-        if nested and d.name in ("limit_req_zone", "limit_conn_zone", "upstream", "log_format"):
+        if level != "http" and d.name in ("limit_req_zone", "limit_conn_zone", "upstream", "log_format"):
             self.skip(d, f'nginx: "{d.name}" is not allowed here ({level} level)')
             return True
+        if level == "location" or (level == "server" and not single):
+            where = "route" if level == "location" else "server"
+            self.skip(d, f"a per-{where} {d.name}: the gateway has one value for all {where}s")
+            return True
+        if d.name == "access_log" and level == "server" and self.access_from is not None:
+            self.skip(self.access_from, f"overridden by the server's access_log ({d.where}), as in nginx")
+            self.log.pop("access", None)
+            self.log.pop("format", None)
         handler(d)
+        if d.name == "access_log" and level == "http":
+            self.access_from = d
         return True
 
     def server(self, d: Directive, block: list[Directive], scope: Scope, single: bool) -> None:
@@ -214,9 +221,7 @@ class _Translator:
                 server.names.extend(x.args)
             elif x.name == "return":
                 self.skip(x, "a server-level return: write it as a location / with return (needs return routes)")
-            elif x.name in ("set_real_ip_from", "real_ip_header", "real_ip_recursive", "access_log") and not single:
-                self.skip(x, "the gateway has one setting for all servers: per-server values are not supported")
-            elif not self.global_directive(x, scope, level="server"):
+            elif not self.global_directive(x, scope, level="server", single=single):
                 self.skip(x, _unsupported(x))
         if not any(x.name == "listen" for x in block):
             server.listen.append("0.0.0.0:80")  # nginx's default (as root)
