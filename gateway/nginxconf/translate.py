@@ -12,47 +12,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.logformat import PRESETS, unknown_variables
-from gateway.config.units import parse_duration_ms, parse_rate, parse_size
-from gateway.keys import parse_key
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.scope import Scope
+from gateway.nginxconf.values import (
+    EDGE_DURATIONS,
+    INHERITED,
+    LIMIT_LOG_LEVEL,
+    LIMIT_STATUS,
+    LOG_LEVELS,
+    ROUTE_DURATIONS,
+    ROUTE_ON_OFF,
+    ROUTE_SIZES,
+    UPSTREAM_TIMEOUTS,
+    add_header_entry,
+    check_setting,
+    duration_ok,
+    key_values,
+    limit_req_entry,
+    location_text,
+    log_target,
+    rate_problem,
+    return_value,
+    unsupported,
+    zone_problem,
+)
 
 Doc = dict[str, Any]
-
-# route-level settings: nginx name -> gateway key (values pass through after a check)
-ROUTE_DURATIONS = {"client_body_timeout": "client_body_timeout"}
-ROUTE_SIZES = {
-    "client_max_body_size": "client_max_body_size",
-    "client_body_buffer_size": "client_body_buffer_size",
-    "proxy_max_temp_file_size": "proxy_max_temp_file_size",
-}
-ROUTE_ON_OFF = {"proxy_request_buffering": "proxy_request_buffering", "proxy_buffering": "proxy_buffering"}
-LIMIT_STATUS = ("limit_req_status", "limit_conn_status")
-LIMIT_LOG_LEVEL = ("limit_req_log_level", "limit_conn_log_level")
-DRY_RUN = ("limit_req_dry_run", "limit_conn_dry_run")
-UPSTREAM_TIMEOUTS = {
-    "proxy_connect_timeout": "connect_timeout",
-    "proxy_read_timeout": "read_timeout",
-    "proxy_send_timeout": "send_timeout",
-}
-INHERITED = (
-    *ROUTE_DURATIONS,
-    *ROUTE_SIZES,
-    *ROUTE_ON_OFF,
-    *LIMIT_STATUS,
-    *LIMIT_LOG_LEVEL,
-    *DRY_RUN,
-    *UPSTREAM_TIMEOUTS,
-    "proxy_buffers",
-    "proxy_next_upstream_tries",
-    "limit_req",
-    "limit_conn",
-    "proxy_set_header",
-    "add_header",
-)
-EDGE_DURATIONS = ("client_header_timeout", "send_timeout")
-LOG_LEVELS = ("info", "notice", "warn", "error")
-REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +148,7 @@ class _Translator:
             if d.name in ("server", "location") or self.setting(d, scope, level="http"):
                 continue
             if not self.global_directive(d, scope, level="http"):
-                self.skip(d, _unsupported(d))
+                self.skip(d, unsupported(d))
         for d in block:
             if d.name == "location":
                 self.skip(d, 'nginx: "location" is not allowed here (http level)')
@@ -222,7 +207,7 @@ class _Translator:
             elif x.name == "return":
                 self.skip(x, "a server-level return: write it as a location / with return (needs return routes)")
             elif not self.global_directive(x, scope, level="server", single=single):
-                self.skip(x, _unsupported(x))
+                self.skip(x, unsupported(x))
         if not any(x.name == "listen" for x in block):
             server.listen.append("0.0.0.0:80")  # nginx's default (as root)
         elif not server.listen:
@@ -266,7 +251,7 @@ class _Translator:
     def setting(self, d: Directive, scope: Scope, level: str) -> bool:
         if d.name not in INHERITED:
             return False
-        error = _check_setting(d)
+        error = check_setting(d)
         if error:
             self.skip(d, error)
         else:
@@ -284,7 +269,7 @@ class _Translator:
         seen: dict[tuple[str, str], str],
     ) -> None:
         assert d.block is not None
-        spec = _location_text(d.args)
+        spec = location_text(d.args)
         if spec is None:
             self.skip(d, "named (@) locations and locations without a path are not supported")
             return
@@ -313,7 +298,7 @@ class _Translator:
             elif x.name in ("if", "limit_except"):
                 self.skip(x, f'"{x.name}" blocks are not supported: the directives inside were not applied')
             elif not self.global_directive(x, scope, level="location"):
-                self.skip(x, _unsupported(x))
+                self.skip(x, unsupported(x))
         text = f"{modifier} {path}" if modifier else path
         if ident in seen:
             self.skip(d, f'duplicate location "{text}" (first at {seen[ident]})')
@@ -337,7 +322,7 @@ class _Translator:
     ) -> Route | None:
         route = Route(data={"location": text}, ident=ident)
         if ret is not None:
-            value = _return(ret)
+            value = return_value(ret)
             if value is None:
                 self.skip(ret, "return: expected a code 200..599 (and text) or a URL")
             else:
@@ -405,12 +390,14 @@ class _Translator:
             )
         added = scope.array("add_header")
         if added:
-            route.future.append(Future("add_header", added[0].where, "add_header", [_add_header(h) for h in added]))
+            route.future.append(
+                Future("add_header", added[0].where, "add_header", [add_header_entry(h) for h in added])
+            )
 
     def route_limits(self, route: Route, scope: Scope) -> None:
         reqs: list[Doc] = []
         for d in scope.array("limit_req"):
-            entry = _limit_req(d)
+            entry = limit_req_entry(d)
             zone = entry["zone"]
             if zone in self.bad_zones:
                 self.skip(d, f'zone "{zone}" was not translated (see its limit_req_zone)')
@@ -474,10 +461,10 @@ class _Translator:
     # -- http-level definitions -----------------------------------------------------------------
 
     def limit_req_zone(self, d: Directive) -> None:
-        params = _params(d.args[1:])
+        params = key_values(d.args[1:])
         zone = params.get("zone", "")
         name, _, zone_size = zone.partition(":")
-        problem = _zone_problem(d, name, zone_size) or _rate_problem(params.get("rate"))
+        problem = zone_problem(d, name, zone_size) or rate_problem(params.get("rate"))
         unknown = set(params) - {"zone", "rate"}
         if not problem and unknown:
             problem = f"parameters {', '.join(sorted(unknown))} are not supported (sync is NGINX Plus)"
@@ -489,9 +476,9 @@ class _Translator:
         self.zone_kind[name] = "req"
 
     def limit_conn_zone(self, d: Directive) -> None:
-        params = _params(d.args[1:])
+        params = key_values(d.args[1:])
         name, _, zone_size = params.get("zone", "").partition(":")
-        problem = _zone_problem(d, name, zone_size)
+        problem = zone_problem(d, name, zone_size)
         if problem:
             self.bad_zones.add(name)
             self.skip(d, problem)
@@ -512,14 +499,14 @@ class _Translator:
                     servers.append(server)
             elif x.name == "keepalive" and len(x.args) == 1 and x.args[0].isdigit():
                 body["keepalive"] = int(x.args[0])
-            elif x.name == "keepalive_timeout" and len(x.args) == 1 and _duration_ok(x.args[0]):
+            elif x.name == "keepalive_timeout" and len(x.args) == 1 and duration_ok(x.args[0]):
                 body["keepalive_timeout"] = x.args[0]
             else:
                 self.skip(
                     x,
                     "upstream: the gateway balances by smooth weighted round-robin only"
                     if not x.args or x.name in ("least_conn", "ip_hash", "hash", "random")
-                    else _unsupported(x),
+                    else unsupported(x),
                 )
         if not servers:
             self.skip(d, "upstream without a usable server")
@@ -536,7 +523,7 @@ class _Translator:
             key, _, value = p.partition("=")
             if key in ("weight", "max_fails") and value.isdigit():
                 entry[key] = int(value)
-            elif key == "fail_timeout" and _duration_ok(value):
+            elif key == "fail_timeout" and duration_ok(value):
                 entry[key] = value
             elif key in ("backup", "down") and not value:
                 entry[key] = True
@@ -578,7 +565,7 @@ class _Translator:
         if unknown:
             self.skip(d, f'log_format {name} uses "${unknown[0]}", which the gateway does not log')
             return
-        self.log["access"] = _log_target(d.args[0])
+        self.log["access"] = log_target(d.args[0])
         self.log["format"] = template
 
     def error_log(self, d: Directive) -> None:
@@ -589,7 +576,7 @@ class _Translator:
         if level not in LOG_LEVELS:
             self.skip(d, f"error_log level {level}: the gateway has info, notice, warn and error")
             return
-        self.log["error"] = _log_target(d.args[0])
+        self.log["error"] = log_target(d.args[0])
         self.log["level"] = level
 
     def real_ip_from(self, d: Directive) -> None:
@@ -628,13 +615,13 @@ class _Translator:
     # -- edge ---------------------------------------------------------------------------------
 
     def edge_duration(self, d: Directive) -> None:
-        if len(d.args) == 1 and _duration_ok(d.args[0]):
+        if len(d.args) == 1 and duration_ok(d.args[0]):
             self.r.doc[d.name] = d.args[0]
         else:
             self.skip(d, "expected one duration")
 
     def keepalive_timeout(self, d: Directive) -> None:
-        if d.args and _duration_ok(d.args[0]):
+        if d.args and duration_ok(d.args[0]):
             self.r.doc["keepalive_timeout"] = d.args[0]
             if len(d.args) > 1:
                 self.r.notes.append(f"{d.where}: keepalive_timeout's header timeout ({d.args[1]}) is not sent")
@@ -668,154 +655,3 @@ class _Translator:
 
 def translate(directives: list[Directive]) -> Result:
     return _Translator().main(directives)
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-
-def _unsupported(d: Directive) -> str:
-    if d.name in ("map", "geo", "split_clients", "if", "limit_except", "types"):
-        return f'"{d.name}" blocks are not supported'
-    if d.name.startswith(("ssl_", "http2", "quic", "http3")):
-        return "TLS and HTTP/2/3 are not supported: terminate them in front of the gateway"
-    if d.name.startswith(("fastcgi_", "uwsgi_", "scgi_", "grpc_", "memcached_")):
-        return "only HTTP proxying is supported"
-    if d.name in ("rewrite", "try_files", "root", "alias", "index", "autoindex", "gzip", "sendfile"):
-        return "not supported: the gateway proxies and limits, it serves no files and rewrites no URIs"
-    return "no gateway equivalent"
-
-
-def _params(args: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for a in args:
-        key, _, value = a.partition("=")
-        out[key] = value
-    return out
-
-
-def _duration_ok(text: str) -> bool:
-    try:
-        parse_duration_ms(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _size_ok(text: str) -> bool:
-    try:
-        parse_size(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _zone_problem(d: Directive, name: str, zone_size: str) -> str:
-    if not d.args or not name or not zone_size:
-        return "expected KEY zone=NAME:SIZE"
-    if not _size_ok(zone_size) or parse_size(zone_size) < 32 * 1024:
-        return f'zone "{name}" is too small or its size is invalid (at least 32k)'
-    try:
-        parse_key(d.args[0])
-    except ValueError as exc:
-        return f"key {d.args[0]}: {exc} (the gateway knows fewer variables than nginx)"
-    return ""
-
-
-def _rate_problem(rate: str | None) -> str:
-    if rate is None:
-        return "missing rate="
-    try:
-        parse_rate(rate)
-    except ValueError as exc:
-        return str(exc)
-    return ""
-
-
-def _check_setting(d: Directive) -> str:
-    """An inherited directive's arguments, checked so that the output passes ``gateway check``."""
-    a = d.args
-    name = d.name
-    if name == "limit_req":
-        ok = any(x.startswith("zone=") for x in a) and all(_limit_req_word(x) for x in a)
-        return "" if ok else "expected zone=NAME [burst=N] [nodelay | delay=N]"
-    if name == "limit_conn":
-        return "" if len(a) == 2 and a[1].isdigit() and 1 <= int(a[1]) <= 65535 else "expected ZONE 1..65535"
-    if name == "proxy_set_header":
-        return "" if len(a) == 2 else "expected a header name and a value"
-    if name == "add_header":
-        return "" if len(a) == 2 or (len(a) == 3 and a[2] == "always") else "expected NAME VALUE [always]"
-    if len(a) != 1 and name != "proxy_buffers":
-        return f"{name}: expected one value"
-    if name in LIMIT_STATUS:
-        return "" if a[0].isdigit() and 400 <= int(a[0]) <= 599 else "a status between 400 and 599"
-    if name in LIMIT_LOG_LEVEL:
-        return "" if a[0] in LOG_LEVELS else "info, notice, warn or error"
-    if name in (*DRY_RUN, *ROUTE_ON_OFF):
-        return "" if a[0] in ("on", "off") else "on or off"
-    if name in (*ROUTE_DURATIONS, *UPSTREAM_TIMEOUTS):
-        return "" if _duration_ok(a[0]) else "invalid duration"
-    if name in ROUTE_SIZES:
-        return "" if _size_ok(a[0]) else "invalid size"
-    if name == "proxy_next_upstream_tries":
-        return "" if a[0].isdigit() and int(a[0]) <= 1000 else "0..1000"
-    if name == "proxy_buffers":
-        return "" if len(a) == 2 and a[0].isdigit() and _size_ok(a[1]) else "expected NUMBER SIZE"
-    return ""
-
-
-def _limit_req_word(word: str) -> bool:
-    key, _, value = word.partition("=")
-    if key == "zone":
-        return bool(value)
-    if key in ("burst", "delay"):
-        return value.isdigit() and int(value) <= 2**31 - 1
-    return word == "nodelay"
-
-
-def _limit_req(d: Directive) -> Doc:
-    params = _params(d.args)
-    entry: Doc = {"zone": params["zone"]}
-    if int(params.get("burst", "0") or 0):
-        entry["burst"] = int(params["burst"])
-    if "nodelay" in params:
-        entry["nodelay"] = True
-    elif int(params.get("delay", "0") or 0):
-        entry["delay"] = int(params["delay"])
-    return entry
-
-
-def _location_text(args: list[str]) -> tuple[str, str] | None:
-    if len(args) == 2 and args[0] in ("=", "~", "~*", "^~"):
-        return args[0], args[1]
-    if len(args) == 1:
-        word = args[0]
-        if word.startswith("@"):
-            return None
-        for modifier in ("~*", "^~", "=", "~"):  # nginx accepts "=/x" and "~*\.php$" without a space
-            if word.startswith(modifier) and len(word) > len(modifier):
-                return modifier, word[len(modifier) :]
-        return "", word
-    return None
-
-
-def _return(d: Directive) -> Doc | None:
-    a = d.args
-    if len(a) == 1 and not a[0].isdigit():
-        return {"code": 302, "url": a[0]}
-    if not a or not a[0].isdigit() or not 200 <= int(a[0]) <= 599 or len(a) > 2:
-        return None
-    code = int(a[0])
-    if len(a) == 1:
-        return {"code": code}
-    return {"code": code, "url": a[1]} if code in REDIRECT_CODES else {"code": code, "text": a[1]}
-
-
-def _add_header(d: Directive) -> Doc:
-    entry: Doc = {"name": d.args[0], "value": d.args[1]}
-    if len(d.args) == 3:
-        entry["always"] = True
-    return entry
-
-
-def _log_target(path: str) -> str:
-    return {"/dev/stdout": "stdout", "/dev/stderr": "stderr"}.get(path, path)
