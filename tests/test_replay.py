@@ -267,3 +267,13 @@ def test_the_gateways_own_formats_are_read(tmp_path: Path) -> None:
         assert req.t_ms == start, fmt
         ctx = context_of(req.fields)
         assert (ctx.client.text, ctx.method, ctx.raw_target, ctx.raw_query) == ("10.0.0.5", "GET", "/api/a?x=1", "x=1")
+
+
+def test_a_truncated_gzip_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    data = gzip.compress(("\n".join(_line("10.0.0.1", i / 10, "/api/", 0.0) for i in range(5000)) + "\n").encode())
+    log = tmp_path / "cut.log.gz"
+    log.write_bytes(data[: len(data) // 2])
+    conf = tmp_path / "limits.yaml"
+    conf.write_text(CONFIG.format(port=1, upstream="127.0.0.1:9"))
+    result = _replay(str(log), "-c", str(conf), "--format", TEMPLATE)
+    assert result.returncode == 1 and "unreadable after" in result.stderr and "Traceback" not in result.stderr

@@ -35,10 +35,14 @@ def run_replay(args: argparse.Namespace) -> int:
         print(f"gateway: {args.access_log}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     simulator = Simulator(config)
-    with stream:
-        outcomes = simulator.run(read_requests(lines_of(stream), parse, timing))
-        for out in _progress(outcomes, args.access_log):
-            report.add(out)
+    try:
+        with stream:
+            outcomes = simulator.run(read_requests(lines_of(stream), parse, timing))
+            for out in _progress(outcomes, args.access_log):
+                report.add(out)
+    except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
+        print(f"gateway: {args.access_log}: unreadable after {report.lines} requests: {exc}", file=sys.stderr)
+        return 1
     _timing_notes(report, timing)
     if args.html:
         with open(args.html, "w", encoding="utf-8") as f:
