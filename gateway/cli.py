@@ -8,6 +8,8 @@
     gateway unban <ip|cidr> | --file blocklist.txt [-c ...]
     gateway bans [--match 10.0.0.0/8] [--reason TEXT] [--limit 100] [--offset 0] [--json] [-c ...]
     gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
+    gateway import-nginx <nginx.conf> [-o limits.yaml] [--emit-future]
+    gateway replay <access.log> [-c limits.yaml] [--format F] [--json] [--html report.html]
     gateway --version
 
 ban, unban and bans talk to the configured Redis directly (every node sees the
@@ -104,6 +106,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ADDR",
         help="address to listen on (default: 127.0.0.1:9000 and 127.0.0.1:9001)",
     )
+    imp = sub.add_parser("import-nginx", help="translate an nginx configuration (exit 2: some directives skipped)")
+    imp.add_argument("nginx_conf", help="the nginx.conf to read (includes are followed)")
+    imp.add_argument("-o", "--output", default=None, help="where to write the gateway config (default: stdout)")
+    imp.add_argument(
+        "--emit-future",
+        action="store_true",
+        help="write servers, uri, proxy_set_header, add_header and return as keys, not comments",
+    )
+
+    rep = sub.add_parser("replay", help="run an access log through the configured limits and report")
+    rep.add_argument("access_log", help="an access log (.gz read as gzip); - for stdin")
+    rep.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+    rep.add_argument("--format", default="combined", help="combined, main, gateway, json or a $variable template")
+    rep.add_argument("--json", action="store_true", help="print the report as JSON")
+    rep.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     return parser
 
 
@@ -116,6 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "demo-upstream":
             return _demo(args)
+        if args.command == "import-nginx":
+            from gateway.nginxconf.command import run_import
+
+            return run_import(args.nginx_conf, args.output, args.emit_future)
+        if args.command == "replay":
+            from gateway.replay.command import run_replay
+
+            return run_replay(args)
         if args.command in ("reload", "ban", "unban", "bans"):
             from gateway.control import run_control
 

@@ -1,0 +1,1 @@
+"""``gateway import-nginx``: read an nginx configuration and write a gateway one."""

@@ -1,0 +1,1 @@
+"""``gateway replay``: an access log run through the configured routes and zones."""
