@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -160,7 +159,7 @@ class Changes:
         raw = json.loads(adds) if adds else []
         if not isinstance(raw, list):
             raise TypeError("the bans of a change are not a list")
-        added = [_ban(item) for item in raw]
+        added = [Ban.from_dict(item) for item in raw]
         return Changes(int(head), added, [t for t in removed.split("\n") if t])
 
 
@@ -180,22 +179,10 @@ def decode_bans(values: Sequence[bytes | str]) -> list[Ban | None]:
     out: list[Ban | None] = []
     for item in raw:
         try:
-            out.append(_ban(item))
+            out.append(Ban.from_dict(item))
         except (ValueError, KeyError, TypeError):
             out.append(None)
     return out
-
-
-def _ban(data: Any) -> Ban:
-    if not isinstance(data, dict):
-        raise TypeError("a ban is not an object")
-    return Ban(
-        target=str(data["target"]),
-        until_ms=int(data.get("until_ms", 0)),
-        reason=sys.intern(str(data.get("reason", ""))),
-        created_ms=int(data.get("created_ms", 0)),
-        by=sys.intern(str(data.get("by", ""))),
-    )
 
 
 class RedisBans:
@@ -522,7 +509,7 @@ class RedisBans:
         try:
             event = json.loads(data)
             if event["op"] == "add":
-                self.banlist.put(_ban(event["ban"]))
+                self.banlist.put(Ban.from_dict(event["ban"]))
             elif event["op"] == "remove":
                 self.banlist.remove(str(event["target"]))
         except (ValueError, KeyError, TypeError) as exc:

@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gateway.realip import ClientAddr
 
@@ -53,7 +53,13 @@ class Ban(NamedTuple):
 
     @staticmethod
     def from_json(text: str | bytes) -> Ban:
-        data = json.loads(text)
+        return Ban.from_dict(json.loads(text))
+
+    @staticmethod
+    def from_dict(data: Any) -> Ban:
+        """A ban from its decoded JSON form; KeyError, TypeError or ValueError if it is not one."""
+        if not isinstance(data, dict):
+            raise TypeError("a ban is not an object")
         return Ban(
             target=str(data["target"]),
             until_ms=int(data.get("until_ms", 0)),
