@@ -20,6 +20,7 @@ from aiohttp import web
 
 from tests.differential import harness
 from tests.differential.model import analyse
+from tests.differential.scenario import Scenario
 from tests.differential.scenarios import ALL
 from tests.helpers import Gateway, Upstream, free_port
 
@@ -35,6 +36,35 @@ async def _hold(request: web.Request) -> None:
     ms = int(request.query.get("hold", "0") or 0)
     if ms:
         await asyncio.sleep(ms / 1000)
+
+
+def run_and_compare(
+    nginx: harness.Nginx, gateway: Gateway, scenarios: list[Scenario], jitter: int, workdir: Path
+) -> harness.Run:
+    """Start both, run every scenario through each, and compare them request for request."""
+    nginx.start()
+    gateway.start()
+    observed, base, loop_lag = asyncio.run(harness.run_all(scenarios, nginx.url, gateway.url))
+    harness.wait_for_logs()
+    overhead = {name: harness.overhead_from(samples) for name, samples in base.items()}
+    by_rid: dict[str, dict[str, harness.Observed]] = {"nginx": {}, "gateway": {}}
+    for scn in scenarios:
+        for target in ("nginx", "gateway"):
+            for i, obs in enumerate(observed[scn.name][target]):
+                by_rid[target][harness.rid(scn, i)] = obs
+    harness.attach_logs(by_rid["nginx"], nginx.access(), nginx.errors())
+    harness.attach_logs(by_rid["gateway"], gateway.access_json(wait=0), gateway.stderr())
+    results = {}
+    for scn in scenarios:
+        both = observed[scn.name]["nginx"] + observed[scn.name]["gateway"]
+        lateness = max(0, math.ceil(max(o.lateness_ms for o in both)))
+        analysis = analyse(scn, (scn.jitter_ms or jitter) + lateness)
+        results[scn.name] = harness.compare(
+            scn, analysis, observed[scn.name]["nginx"], observed[scn.name]["gateway"], overhead, loop_lag
+        )
+    report = "\n\n".join(c.report() for c in results.values())
+    (workdir / "report.txt").write_text(report + "\n")
+    return harness.Run(results, nginx.errors(), gateway.stderr(), workdir)
 
 
 @pytest.fixture(scope="session")
@@ -60,29 +90,7 @@ def differential(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.R
     )
     gateway = Gateway(gateway_dir, harness.gateway_yaml(gateway_port, upstream.address, scenarios), gateway_port)
     try:
-        nginx.start()
-        gateway.start()
-        observed, base, loop_lag = asyncio.run(harness.run_all(scenarios, nginx.url, gateway.url))
-        harness.wait_for_logs()
-        overhead = {name: harness.overhead_from(samples) for name, samples in base.items()}
-        by_rid: dict[str, dict[str, harness.Observed]] = {"nginx": {}, "gateway": {}}
-        for scn in scenarios:
-            for target in ("nginx", "gateway"):
-                for i, obs in enumerate(observed[scn.name][target]):
-                    by_rid[target][harness.rid(scn, i)] = obs
-        harness.attach_logs(by_rid["nginx"], nginx.access(), nginx.errors())
-        harness.attach_logs(by_rid["gateway"], gateway.access_json(wait=0), gateway.stderr())
-        results = {}
-        for scn in scenarios:
-            both = observed[scn.name]["nginx"] + observed[scn.name]["gateway"]
-            lateness = max(0, math.ceil(max(o.lateness_ms for o in both)))
-            analysis = analyse(scn, (scn.jitter_ms or jitter) + lateness)
-            results[scn.name] = harness.compare(
-                scn, analysis, observed[scn.name]["nginx"], observed[scn.name]["gateway"], overhead, loop_lag
-            )
-        report = "\n\n".join(c.report() for c in results.values())
-        (workdir / "report.txt").write_text(report + "\n")
-        yield harness.Run(results, nginx.errors(), gateway.stderr(), workdir)
+        yield run_and_compare(nginx, gateway, scenarios, jitter, workdir)
     finally:
         gateway.stop()
         nginx.stop()

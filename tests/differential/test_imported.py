@@ -9,9 +9,7 @@ same model, the same tolerances: the decisions must be equal.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +21,7 @@ from gateway.nginxconf.emit import render
 from gateway.nginxconf.parser import parse_config
 from gateway.nginxconf.translate import translate
 from tests.differential import harness
-from tests.differential.conftest import STAGGER_MS, _hold, find_nginx
-from tests.differential.model import analyse
+from tests.differential.conftest import STAGGER_MS, _hold, find_nginx, run_and_compare
 from tests.differential.scenarios import ALL
 from tests.helpers import Gateway, Upstream, free_port
 
@@ -76,28 +73,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Imported]:
     nginx = harness.Nginx(binary, nginx_dir, conf_text, nginx_port)
     gateway = Gateway(gateway_dir, gateway_text, gateway_port)
     try:
-        nginx.start()
-        gateway.start()
-        observed, base, loop_lag = asyncio.run(harness.run_all(scenarios, nginx.url, gateway.url))
-        harness.wait_for_logs()
-        overhead = {name: harness.overhead_from(samples) for name, samples in base.items()}
-        by_rid: dict[str, dict[str, harness.Observed]] = {"nginx": {}, "gateway": {}}
-        for scn in scenarios:
-            for target in ("nginx", "gateway"):
-                for i, obs in enumerate(observed[scn.name][target]):
-                    by_rid[target][harness.rid(scn, i)] = obs
-        harness.attach_logs(by_rid["nginx"], nginx.access(), nginx.errors())
-        harness.attach_logs(by_rid["gateway"], gateway.access_json(wait=0), gateway.stderr())
-        results = {}
-        for scn in scenarios:
-            both = observed[scn.name]["nginx"] + observed[scn.name]["gateway"]
-            lateness = max(0, math.ceil(max(o.lateness_ms for o in both)))
-            analysis = analyse(scn, (scn.jitter_ms or jitter) + lateness)
-            results[scn.name] = harness.compare(
-                scn, analysis, observed[scn.name]["nginx"], observed[scn.name]["gateway"], overhead, loop_lag
-            )
-        (workdir / "report.txt").write_text("\n\n".join(c.report() for c in results.values()) + "\n")
-        yield Imported(harness.Run(results, nginx.errors(), gateway.stderr(), workdir), gateway_text, skipped)
+        yield Imported(run_and_compare(nginx, gateway, scenarios, jitter, workdir), gateway_text, skipped)
     finally:
         gateway.stop()
         nginx.stop()
