@@ -18,6 +18,7 @@ from multidict import CIMultiDict
 
 from gateway import errorlog, responses
 from gateway.accesslog import CTX_KEY, AccessLog
+from gateway.addheader import add_headers
 from gateway.bans import Ban, BanList, epoch_ms
 from gateway.context import RequestContext
 from gateway.edge import unsupported_version
@@ -25,9 +26,11 @@ from gateway.limiting import Admission, Limiter
 from gateway.plan import CompiledConfig, RoutePlan
 from gateway.proxy.forward import forward_http
 from gateway.proxy.headers import is_websocket_upgrade
+from gateway.proxy.rewrite import upstream_target
 from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.proxy.websocket import forward_websocket
 from gateway.realip import UNKNOWN, parse_addr
+from gateway.returns import answer_return
 from gateway.routing import BadURI, normalize_uri
 
 
@@ -49,7 +52,11 @@ class Pipeline:
         ctx = RequestContext(request, time.monotonic(), peer, "http", sockname[1] if sockname else 0)
         request[CTX_KEY] = ctx
         try:
-            return await self._handle(request, ctx, config, pools)
+            response = await self._handle(request, ctx, config, pools)
+            route = ctx.route
+            if route is not None and route.add_header and not response.prepared:  # the gateway's own answer
+                add_headers(response.headers, route.add_header, response.status, ctx)
+            return response
         except asyncio.CancelledError:
             if not ctx.logged:  # the client closed the connection first: nginx's 499
                 ctx.logged = True
@@ -88,7 +95,6 @@ class Pipeline:
         if route is None:
             return responses.error(404, accept, "no route for this URI")
         ctx.route = route
-        pool = pools[route.upstream]  # before any limit is taken: nothing to give back if it fails
         # 3. access rules: deny is always 403; allow is never limited nor banned; then bans
         if config.deny and ctx.client in config.deny:
             errorlog.request_event("error", ctx, "access forbidden by rule")
@@ -98,6 +104,9 @@ class Pipeline:
             ban = self.bans.match(ctx.client, epoch_ms())
             if ban is not None:
                 return self._banned(ctx, ban, accept)
+        if route.ret is not None:  # answered here, before limits (nginx's rewrite phase)
+            return answer_return(route.ret, ctx, accept)
+        pool = pools[route.upstream]  # before any limit is taken: nothing to give back if it fails
         # 4. limits: limit_req and limit_count, the delay, then limit_conn
         admission = None
         if route.has_limits and not exempt:
@@ -134,11 +143,20 @@ class Pipeline:
         pool: UpstreamPool,
     ) -> web.StreamResponse:
         trusted_peer = bool(config.realip.trusted) and ctx.peer in config.realip.trusted
+        target = upstream_target(ctx, route.uri_cut, route.uri) if route.uri is not None else None
+        set_fields = route.set_header.fields(ctx) if route.set_header is not None else None
         if is_websocket_upgrade(request.headers):
             ws_extra = self.limiter.headers(admission) if admission is not None else ()
             try:
                 return await forward_websocket(
-                    request, ctx, pool, ws_extra, trusted_peer=trusted_peer, buffers=route.buffers
+                    request,
+                    ctx,
+                    pool,
+                    ws_extra,
+                    trusted_peer=trusted_peer,
+                    buffers=route.buffers,
+                    target=target,
+                    set_fields=set_fields,
                 )
             except asyncio.CancelledError:
                 if ctx.status == 101 and not ctx.logged:
@@ -158,4 +176,6 @@ class Pipeline:
             trusted_peer=trusted_peer,
             body_timeout=route.client_body_timeout_s,
             buffers=route.buffers,
+            target=target,
+            set_fields=set_fields,
         )

@@ -14,16 +14,31 @@ route switches inherited limits off.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from gateway.addheader import AddedHeader
 from gateway.banlist import CidrSet, net_key
-from gateway.config.schema import ALGO_TYPES, ConfigSpec, LimitReqSpec, LimitUseSpec, RouteSettings, ZoneSpec
+from gateway.config.schema import (
+    ALGO_TYPES,
+    ConfigSpec,
+    LimitReqSpec,
+    LimitUseSpec,
+    ReturnSpec,
+    RouteSettings,
+    ZoneSpec,
+)
 from gateway.keys import KeyFn, compile_key
 from gateway.limits.gcra import GcraParams
 from gateway.limits.sliding_log import LogParams
 from gateway.limits.token import TokenParams
+from gateway.proxy.headers import SetFields
 from gateway.proxy.spool import BufferPolicy
 from gateway.realip import Network, RealIp
 from gateway.routing import Location, LocationTable
+from gateway.valuetemplate import ValueFn, ValueTemplate, compile_value
+
+if TYPE_CHECKING:
+    from gateway.context import RequestContext
 
 # nginx's "nodelay": the delay threshold is never reached.
 NODELAY_M = (2**63 - 1) // 1000 * 1000
@@ -86,6 +101,60 @@ class AlgoLimit:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReturnPlan:
+    code: int
+    url: ValueFn | None
+    text: ValueFn | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetHeaders:
+    """A route's ``proxy_set_header``: the names it replaces, and the values to send."""
+
+    names: frozenset[str]  # lower case, with those removed by an empty value
+    values: tuple[tuple[str, ValueFn], ...]
+
+    def fields(self, ctx: RequestContext) -> SetFields:
+        out = []
+        for name, fn in self.values:
+            value = fn(ctx)
+            if value:  # a variable that is empty removes the header, as in nginx
+                out.append((name, value))
+        return self.names, out
+
+
+# Framing, hop-by-hop and handshake headers are the gateway's own: proxy_set_header leaves them alone.
+PROXY_SET_IGNORED = frozenset(
+    {"connection", "upgrade", "content-length", "transfer-encoding", "te", "keep-alive", "expect", "trailer",
+     "proxy-connection", "proxy-authenticate", "proxy-authorization"}
+)  # fmt: skip
+
+
+def _set_headers(items: tuple[tuple[str, ValueTemplate], ...] | None) -> SetHeaders | None:
+    if not items:
+        return None
+    kept = [(name, value) for name, value in items if name.lower() not in PROXY_SET_IGNORED]
+    # Host cannot be removed (HTTP/1.1 needs one): an empty Host keeps the default.
+    kept = [(name, value) for name, value in kept if not (name.lower() == "host" and not value.source)]
+    if not kept:
+        return None
+    return SetHeaders(
+        names=frozenset(name.lower() for name, _ in kept),
+        values=tuple((name, compile_value(value)) for name, value in kept if value.source),
+    )
+
+
+def _return(spec: ReturnSpec | None) -> ReturnPlan | None:
+    if spec is None:
+        return None
+    return ReturnPlan(
+        code=spec.code,
+        url=compile_value(spec.url) if spec.url is not None else None,
+        text=compile_value(spec.text) if spec.text is not None else None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RoutePlan:
     index: int
     location: Location
@@ -105,6 +174,11 @@ class RoutePlan:
     dry_run: bool
     ratelimit_headers: bool
     ratelimit_policy: str  # the RateLimit-Policy field, fixed per route
+    uri: str | None = None  # proxy_pass's URI part, replacing the first uri_cut characters of $uri
+    uri_cut: int = 0
+    set_header: SetHeaders | None = None  # proxy_set_header
+    add_header: tuple[AddedHeader, ...] = ()
+    ret: ReturnPlan | None = None
 
     @property
     def has_limits(self) -> bool:
@@ -177,6 +251,14 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
                 dry_run=bool(_pick(s, d, "dry_run", False)),
                 ratelimit_headers=bool(_pick(s, d, "ratelimit_headers", True)),
                 ratelimit_policy=_policy(req_limits, count_limits, conn_limits, algo_limits),
+                uri=route.uri,
+                uri_cut=len(route.location.value) if route.uri is not None else 0,
+                set_header=_set_headers(s.proxy_set_header if s.proxy_set_header is not None else d.proxy_set_header),
+                add_header=tuple(
+                    AddedHeader(a.name, compile_value(a.value), a.always)
+                    for a in (s.add_header if s.add_header is not None else (d.add_header or ()))
+                ),
+                ret=_return(route.ret),
             )
         )
     return CompiledConfig(

@@ -7,6 +7,7 @@ going after an error so that one ``gateway check`` shows them all.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -37,6 +38,7 @@ from gateway.limits.gcra import MAX_SPAN_NS as GCRA_MAX_SPAN_NS
 from gateway.limits.sliding_count import MAX_PRODUCT as SLIDING_MAX_PRODUCT
 from gateway.realip import Network
 from gateway.routing import Location, parse_location
+from gateway.valuetemplate import ValueTemplate, parse_value
 
 SLIDING_LOG_MAX = 100_000  # entries per key: the memory a key may cost stays bounded
 ZoneType = Literal["req", "count", "conn", "gcra", "sliding_log", "token"]
@@ -191,6 +193,22 @@ class RouteSettings:
     proxy_buffering: bool | None = None
     proxy_buffers: int | None = None
     proxy_max_temp_file_size: int | None = None
+    proxy_set_header: tuple[tuple[str, ValueTemplate], ...] | None = None  # empty value: remove the header
+    add_header: tuple[AddHeaderSpec, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddHeaderSpec:
+    name: str
+    value: ValueTemplate
+    always: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReturnSpec:
+    code: int
+    url: ValueTemplate | None = None  # 301, 302, 303, 307, 308
+    text: ValueTemplate | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +216,8 @@ class RouteSpec:
     index: int
     location: Location
     settings: RouteSettings
+    uri: str | None = None  # proxy_pass's URI part: replaces the matched prefix
+    ret: ReturnSpec | None = None  # answer at once, no upstream
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -309,7 +329,11 @@ ROUTE_SETTING_KEYS = (
     "proxy_buffering",
     "proxy_buffers",
     "proxy_max_temp_file_size",
+    "proxy_set_header",
+    "add_header",
 )
+ROUTE_ONLY_KEYS = ("location", "uri", "return")
+REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
 def parse_config(doc: Document) -> ConfigSpec:
@@ -751,7 +775,7 @@ def _routes(
     seen: dict[tuple[str, str], int] = {}
     for i, item in enumerate(items):
         path: KeyPath = ("routes", i)
-        data = r.mapping(item, path, ("location",) + ROUTE_SETTING_KEYS, required=("location",))
+        data = r.mapping(item, path, ROUTE_ONLY_KEYS + ROUTE_SETTING_KEYS, required=("location",))
         if data is None or "location" not in data:
             continue
         location = r.field(data, "location", path, parse_location)
@@ -762,9 +786,15 @@ def _routes(
         if ident in seen:
             r.error(path + ("location",), f'duplicate location "{location.value}" (first at routes[{seen[ident]}])')
         seen[ident] = i
-        if settings.upstream is None and defaults.upstream is None:
+        ret = _return(r, data["return"], path + ("return",)) if "return" in data else None
+        uri = r.field(data, "uri", path, _uri, None)
+        if uri is not None and location.kind in ("regex", "regex_icase"):
+            r.error(path + ("uri",), "a uri cannot be given for a location given by regular expression (as in nginx)")
+        if ret is not None and (uri is not None or settings.upstream is not None):
+            r.error(path + ("return",), "a route with return answers itself: it has no upstream nor uri")
+        if "return" not in data and settings.upstream is None and defaults.upstream is None:
             r.error(path, "missing required key 'upstream' (set it here or in defaults)")
-        out.append(RouteSpec(index=i, location=location, settings=settings))
+        out.append(RouteSpec(index=i, location=location, settings=settings, uri=uri, ret=ret))
     if isinstance(value, list) and not items:
         r.error(("routes",), "at least one route is required")
     return tuple(out)
@@ -810,7 +840,76 @@ def _settings(
         proxy_buffering=r.field(data, "proxy_buffering", path, _on_off, None),
         proxy_buffers=r.field(data, "proxy_buffers", path, _proxy_buffers, None),
         proxy_max_temp_file_size=r.field(data, "proxy_max_temp_file_size", path, size, None),
+        proxy_set_header=_proxy_set_header(r, data["proxy_set_header"], path + ("proxy_set_header",))
+        if "proxy_set_header" in data
+        else None,
+        add_header=_add_header(r, data["add_header"], path + ("add_header",)) if "add_header" in data else None,
     )
+
+
+def _uri(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ValueError(f"expected a URI path starting with '/', such as /v1/, got {value!r}")
+    if any(c <= " " or c == "\x7f" for c in value) or "$" in value or "#" in value:
+        raise ValueError("a uri cannot contain spaces, control characters, '#' or variables")
+    return value
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_name(value: Any) -> str:
+    if not isinstance(value, str) or not _TOKEN.fullmatch(value):
+        raise ValueError(f"expected a header name (an HTTP token), got {value!r}")
+    return value
+
+
+def _proxy_set_header(r: Reader, value: Any, path: KeyPath) -> tuple[tuple[str, ValueTemplate], ...]:
+    if not isinstance(value, dict):
+        r.error(path, "expected a mapping of header names to values (an empty value removes the header)")
+        return ()
+    out: list[tuple[str, ValueTemplate]] = []
+    for name, text in value.items():
+        try:
+            out.append((_header_name(name), parse_value("" if text is None else text)))
+        except ValueError as exc:
+            r.error(path + (str(name),), str(exc))
+    return tuple(out)
+
+
+def _add_header(r: Reader, value: Any, path: KeyPath) -> tuple[AddHeaderSpec, ...]:
+    out: list[AddHeaderSpec] = []
+    for i, item in enumerate(r.sequence(value, path)):
+        data = r.mapping(item, path + (i,), ("name", "value", "always"), required=("name", "value"))
+        if data is None or "name" not in data or "value" not in data:
+            continue
+        name = r.field(data, "name", path + (i,), _header_name, None)
+        text = r.field(data, "value", path + (i,), parse_value, None)
+        always = r.field(data, "always", path + (i,), as_bool, False)
+        if name is not None and text is not None:
+            out.append(AddHeaderSpec(name=name, value=text, always=bool(always)))
+    return tuple(out)
+
+
+def _return(r: Reader, value: Any, path: KeyPath) -> ReturnSpec | None:
+    data = r.mapping(value, path, ("code", "url", "text"), required=("code",))
+    if data is None or "code" not in data:
+        return None
+    code = r.field(data, "code", path, int_in(200, 599, "status code"), None)
+    url = r.field(data, "url", path, parse_value, None)
+    text = r.field(data, "text", path, parse_value, None)
+    if code is None:
+        return None
+    if url is not None and code not in REDIRECT_CODES:
+        r.error(path + ("url",), f"url goes with a redirect code ({', '.join(map(str, REDIRECT_CODES))}), not {code}")
+        return None
+    if code in REDIRECT_CODES and url is None:
+        r.error(path, f"a {code} return needs a url")
+        return None
+    if url is not None and text is not None:
+        r.error(path, "a return has a url or a text, not both")
+        return None
+    return ReturnSpec(code=code, url=url, text=text)
 
 
 def _on_off(value: Any) -> bool:

@@ -30,7 +30,7 @@ from multidict import CIMultiDict
 from gateway import errorlog, responses
 from gateway.context import RequestContext
 from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, relay, response_spool
-from gateway.proxy.headers import switch_response_headers, upgrade_request_head
+from gateway.proxy.headers import SetFields, switch_response_headers, upgrade_request_head
 from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure
 from gateway.proxy.spool import BufferPolicy
 from gateway.proxy.tunnel import End, Tunnel
@@ -60,6 +60,8 @@ async def forward_websocket(
     *,
     trusted_peer: bool,
     buffers: BufferPolicy = DEFAULT_BUFFERS,
+    target: str | None = None,
+    set_fields: SetFields | None = None,
 ) -> web.StreamResponse:
     accept = ctx.headers.get("Accept", "")
     if request.body_exists:
@@ -68,13 +70,14 @@ async def forward_websocket(
         return refused
     head = upgrade_request_head(
         ctx.method,
-        ctx.raw_target,
+        target or ctx.raw_target,
         ctx.headers,
         peer_ip=ctx.peer.text,
         client_ip=ctx.client.text,
         trusted_peer=trusted_peer,
         scheme=ctx.scheme,
         host_override=pool.spec.host or ctx.upstream_host,
+        set_fields=set_fields,
     )
     balancer = pool.balancer
     tried: set[int] = set()
