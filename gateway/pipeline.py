@@ -82,12 +82,17 @@ class Pipeline:
         # 1. real client address
         if config.realip.trusted:
             ctx.client = config.realip.resolve(ctx.peer, request.headers)
-        # 2. route
+        # 2. virtual server, then route
+        server = config.single
+        if server is None:
+            sockname = request.transport.get_extra_info("sockname") if request.transport else None
+            server = config.vhosts.find((sockname[0], sockname[1]) if sockname else None, ctx.host)
+        ctx.server = server
         try:
             ctx.uri = normalize_uri(ctx.path_only)
         except BadURI as exc:
             return responses.error(400, accept, str(exc))
-        match = config.table.match(ctx.uri)
+        match = server.table.match(ctx.uri)
         if match.redirect is not None:
             query = f"?{ctx.raw_query}" if ctx.raw_query else ""
             return responses.redirect(match.redirect + query)

@@ -78,8 +78,7 @@ def _proxy_add_x_forwarded_for(ctx: RequestContext) -> str:
 
 
 def _server_name(ctx: RequestContext) -> str:
-    server = getattr(ctx, "server", None)
-    return str(getattr(server, "name", "")) if server is not None else ""
+    return str(ctx.server.name) if ctx.server is not None else ""
 
 
 def _literal(text: str) -> ValueFn:

@@ -30,6 +30,7 @@ from gateway.config.reader import (
     status_code,
     zone_size,
 )
+from gateway.config.servers import VirtualServerSpec, bound_addresses, parse_servers
 from gateway.config.source import Document
 from gateway.config.units import PeriodRate, Rate, parse_period_rate, parse_rate
 from gateway.errors import ConfigErrors, KeyPath
@@ -264,7 +265,7 @@ class StoreSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigSpec:
     file: str
-    listen: tuple[tuple[str, int], ...]
+    listen: tuple[tuple[str, int], ...]  # every address bound (with servers: the union of theirs)
     workers: int  # 0 means "auto": one per core
     shutdown_timeout_ms: int
     edge: EdgeSpec
@@ -274,7 +275,8 @@ class ConfigSpec:
     upstreams: Mapping[str, UpstreamSpec]
     zones: Mapping[str, ZoneSpec]
     defaults: RouteSettings
-    routes: tuple[RouteSpec, ...]
+    routes: tuple[RouteSpec, ...]  # top-level routes (empty with servers:)
+    servers: tuple[VirtualServerSpec, ...] = ()  # always at least one once parsed
     access: AccessSpec
     bans: BansSpec
     store: StoreSpec
@@ -303,6 +305,7 @@ TOP_KEYS = (
     "zones",
     "defaults",
     "routes",
+    "servers",
     "access",
     "bans",
     "store",
@@ -339,9 +342,13 @@ REDIRECT_CODES = (301, 302, 303, 307, 308)
 def parse_config(doc: Document) -> ConfigSpec:
     """Validate a whole document; raise ``ConfigErrors`` listing every problem."""
     r = Reader(doc)
-    data = r.mapping(doc.data, (), TOP_KEYS, required=("routes",), what="a mapping at the top level")
+    data = r.mapping(doc.data, (), TOP_KEYS, what="a mapping at the top level")
     if data is None:
         raise ConfigErrors(r.errors)
+    if "routes" in data and "servers" in data:
+        r.error(("servers",), "use either routes (one server) or servers (virtual hosts), not both", at_key=True)
+    elif "routes" not in data and "servers" not in data:
+        r.error((), "missing required key 'routes'")
 
     listen = _listen(r, data)
     workers = _workers(r, data)
@@ -354,9 +361,21 @@ def parse_config(doc: Document) -> ConfigSpec:
         else RouteSettings()
     )
     routes = _routes(r, data["routes"], zones, upstreams, defaults) if "routes" in data else ()
+    if "servers" in data:
+        servers = parse_servers(
+            r,
+            data["servers"],
+            listen,
+            lambda value, path: _listen_list(r, value, path),
+            lambda value, path: _routes(r, value, zones, upstreams, defaults, path),
+        )
+        listen = bound_addresses(servers)
+    else:
+        servers = (VirtualServerSpec(index=0, names=(), listen=listen, default=True, routes=routes),)
     spec = ConfigSpec(
         file=doc.file,
         listen=listen,
+        servers=servers,
         workers=workers,
         shutdown_timeout_ms=shutdown_ms or 0,
         edge=_edge(r, data),
@@ -384,10 +403,14 @@ def parse_config(doc: Document) -> ConfigSpec:
 def _listen(r: Reader, data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
     if "listen" not in data:
         return (("0.0.0.0", 8080),)
+    return _listen_list(r, data["listen"], ("listen",))
+
+
+def _listen_list(r: Reader, value: Any, at: KeyPath) -> tuple[tuple[str, int], ...]:
     parse = host_port()
     out: list[tuple[str, int]] = []
-    for i, item in enumerate(r.sequence(data["listen"], ("listen",), allow_scalar=True)):
-        path: KeyPath = ("listen", i) if isinstance(data["listen"], list) else ("listen",)
+    for i, item in enumerate(r.sequence(value, at, allow_scalar=True)):
+        path: KeyPath = at + (i,) if isinstance(value, list) else at
         try:
             addr = parse(item)
         except ValueError as exc:
@@ -397,7 +420,7 @@ def _listen(r: Reader, data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
             r.error(path, f"duplicate listen {addr[0]}:{addr[1]}")
         out.append(addr)
     if not out and not r.errors:
-        r.error(("listen",), "at least one listen address is required")
+        r.error(at, "at least one listen address is required")
     return tuple(out)
 
 
@@ -769,12 +792,13 @@ def _routes(
     zones: Mapping[str, ZoneSpec],
     upstreams: Mapping[str, UpstreamSpec],
     defaults: RouteSettings,
+    at: KeyPath = ("routes",),
 ) -> tuple[RouteSpec, ...]:
-    items = r.sequence(value, ("routes",))
+    items = r.sequence(value, at)
     out: list[RouteSpec] = []
     seen: dict[tuple[str, str], int] = {}
     for i, item in enumerate(items):
-        path: KeyPath = ("routes", i)
+        path: KeyPath = at + (i,)
         data = r.mapping(item, path, ROUTE_ONLY_KEYS + ROUTE_SETTING_KEYS, required=("location",))
         if data is None or "location" not in data:
             continue
@@ -784,7 +808,7 @@ def _routes(
             continue
         ident = (location.kind if location.kind != "prefix_noregex" else "prefix", location.value)
         if ident in seen:
-            r.error(path + ("location",), f'duplicate location "{location.value}" (first at routes[{seen[ident]}])')
+            r.error(path + ("location",), f'duplicate location "{location.value}" (first at {at[-1]}[{seen[ident]}])')
         seen[ident] = i
         ret = _return(r, data["return"], path + ("return",)) if "return" in data else None
         uri = r.field(data, "uri", path, _uri, None)
@@ -796,7 +820,7 @@ def _routes(
             r.error(path, "missing required key 'upstream' (set it here or in defaults)")
         out.append(RouteSpec(index=i, location=location, settings=settings, uri=uri, ret=ret))
     if isinstance(value, list) and not items:
-        r.error(("routes",), "at least one route is required")
+        r.error(at, "at least one route is required")
     return tuple(out)
 
 
