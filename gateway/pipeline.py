@@ -26,7 +26,6 @@ from gateway.limiting import Admission, Limiter
 from gateway.plan import CompiledConfig, RoutePlan
 from gateway.proxy.forward import forward_http
 from gateway.proxy.headers import is_websocket_upgrade
-from gateway.proxy.rewrite import upstream_target
 from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.proxy.websocket import forward_websocket
 from gateway.realip import UNKNOWN, parse_addr
@@ -148,8 +147,6 @@ class Pipeline:
         pool: UpstreamPool,
     ) -> web.StreamResponse:
         trusted_peer = bool(config.realip.trusted) and ctx.peer in config.realip.trusted
-        target = upstream_target(ctx, route.uri_cut, route.uri) if route.uri is not None else None
-        set_fields = route.set_header.fields(ctx) if route.set_header is not None else None
         if is_websocket_upgrade(request.headers):
             ws_extra = self.limiter.headers(admission) if admission is not None else ()
             try:
@@ -160,8 +157,7 @@ class Pipeline:
                     ws_extra,
                     trusted_peer=trusted_peer,
                     buffers=route.buffers,
-                    target=target,
-                    set_fields=set_fields,
+                    rewrite=route.rewrite,
                 )
             except asyncio.CancelledError:
                 if ctx.status == 101 and not ctx.logged:
@@ -181,6 +177,5 @@ class Pipeline:
             trusted_peer=trusted_peer,
             body_timeout=route.client_body_timeout_s,
             buffers=route.buffers,
-            target=target,
-            set_fields=set_fields,
+            rewrite=route.rewrite,
         )

@@ -33,6 +33,7 @@ from gateway.limits.gcra import GcraParams
 from gateway.limits.sliding_log import LogParams
 from gateway.limits.token import TokenParams
 from gateway.proxy.headers import SetFields
+from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy
 from gateway.realip import Network, RealIp
 from gateway.routing import Location, LocationTable
@@ -146,6 +147,14 @@ def _set_headers(items: tuple[tuple[str, ValueTemplate], ...] | None) -> SetHead
     )
 
 
+def _rewrite(route: RouteSpec, set_header: tuple[tuple[str, ValueTemplate], ...] | None) -> UpstreamRewrite | None:
+    headers = _set_headers(set_header)
+    if route.uri is None and headers is None:
+        return None
+    cut = len(route.location.value) if route.uri is not None else 0
+    return UpstreamRewrite(route.uri, cut, headers.fields if headers is not None else None)
+
+
 def _return(spec: ReturnSpec | None) -> ReturnPlan | None:
     if spec is None:
         return None
@@ -176,9 +185,7 @@ class RoutePlan:
     dry_run: bool
     ratelimit_headers: bool
     ratelimit_policy: str  # the RateLimit-Policy field, fixed per route
-    uri: str | None = None  # proxy_pass's URI part, replacing the first uri_cut characters of $uri
-    uri_cut: int = 0
-    set_header: SetHeaders | None = None  # proxy_set_header
+    rewrite: UpstreamRewrite | None = None  # uri and proxy_set_header (None: neither)
     add_header: tuple[AddedHeader, ...] = ()
     ret: ReturnPlan | None = None
 
@@ -283,9 +290,7 @@ def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -
         dry_run=bool(_pick(s, d, "dry_run", False)),
         ratelimit_headers=bool(_pick(s, d, "ratelimit_headers", True)),
         ratelimit_policy=_policy(req_limits, count_limits, conn_limits, algo_limits),
-        uri=route.uri,
-        uri_cut=len(route.location.value) if route.uri is not None else 0,
-        set_header=_set_headers(s.proxy_set_header if s.proxy_set_header is not None else d.proxy_set_header),
+        rewrite=_rewrite(route, s.proxy_set_header if s.proxy_set_header is not None else d.proxy_set_header),
         add_header=tuple(
             AddedHeader(a.name, compile_value(a.value), a.always)
             for a in (s.add_header if s.add_header is not None else (d.add_header or ()))

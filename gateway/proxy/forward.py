@@ -35,8 +35,9 @@ from gateway import errorlog, responses
 from gateway.addheader import add_headers
 from gateway.context import RequestContext
 from gateway.proxy.balancer import Peer
-from gateway.proxy.headers import SetFields, request_head, response_headers
+from gateway.proxy.headers import request_head, response_headers
 from gateway.proxy.http1 import Connection, ReadTimedOut, ResponseHead, StaleConnection, UpstreamFailure
+from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy, RequestSpool, ResponseSpool
 from gateway.proxy.upstream import UpstreamPool
 
@@ -174,11 +175,9 @@ async def forward_http(
     trusted_peer: bool,
     body_timeout: float = 60.0,
     buffers: BufferPolicy = DEFAULT_BUFFERS,
-    target: str | None = None,
-    set_fields: SetFields | None = None,
+    rewrite: UpstreamRewrite | None = None,
 ) -> web.StreamResponse:
-    """``target``: the request target for the upstream (default: the client's);
-    ``set_fields``: the route's ``proxy_set_header``, rendered for this request."""
+    """``rewrite``: the route's ``uri`` and ``proxy_set_header`` (None: the request as it came)."""
     accept = headers.get("Accept", "")
     length = request.content_length
     if max_body and length is not None and length > max_body:
@@ -187,7 +186,6 @@ async def forward_http(
     stream = (
         RequestBody(request, max_body, body_timeout, buffers.client_body_deadline_s) if request.body_exists else None
     )
-    rewrite = (target or ctx.raw_target, set_fields)
     if stream is None or not buffers.request_buffering:
         return await _forward(
             request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, stream, rewrite
@@ -215,9 +213,10 @@ async def _forward(
     trusted_peer: bool,
     buffers: BufferPolicy,
     body: RequestBody | RequestSpool | None,
-    rewrite: tuple[str, SetFields | None],
+    rewrite: UpstreamRewrite | None,
 ) -> web.StreamResponse:
     """Try the upstream's servers in turn with a body that is streamed, buffered or absent."""
+    target, set_fields = (ctx.raw_target, None) if rewrite is None else rewrite.apply(ctx)
     accept = headers.get("Accept", "")
     buffered = isinstance(body, RequestSpool)
     chunked = body is not None and not buffered and request.content_length is None
@@ -227,7 +226,7 @@ async def _forward(
     def head_for(host_override: str | None) -> bytes:
         return request_head(
             ctx.method,
-            rewrite[0],
+            target,
             headers,
             peer_ip=ctx.peer.text,
             client_ip=ctx.client.text,
@@ -236,7 +235,7 @@ async def _forward(
             host_override=host_override,
             content_length=body.size if isinstance(body, RequestSpool) else request.content_length,
             chunked=chunked,
-            set_fields=rewrite[1],
+            set_fields=set_fields,
         )
 
     head = b"" if per_peer else head_for(host)

@@ -13,7 +13,11 @@ follows unchanged. An exact location replaces the whole URI.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from gateway.context import RequestContext
+from gateway.proxy.headers import SetFields
 
 _ESCAPED = frozenset(range(0x00, 0x21)) | frozenset(b"#%?") | frozenset(range(0x7F, 0x100))
 _TABLE = tuple(f"%{b:02X}" if b in _ESCAPED else chr(b) for b in range(256))
@@ -32,3 +36,16 @@ def upstream_target(ctx: RequestContext, prefix_len: int, replacement: str) -> s
         rest = escape_uri(rest)
     query = ctx.raw_query
     return f"{replacement}{rest}?{query}" if query else replacement + rest
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRewrite:
+    """A route's changes to the request it forwards: ``uri`` and ``proxy_set_header``."""
+
+    uri: str | None
+    uri_cut: int  # the length of the location's prefix, replaced by ``uri``
+    set_fields: Callable[[RequestContext], SetFields] | None
+
+    def apply(self, ctx: RequestContext) -> tuple[str, SetFields | None]:
+        target = upstream_target(ctx, self.uri_cut, self.uri) if self.uri is not None else ctx.raw_target
+        return target, self.set_fields(ctx) if self.set_fields is not None else None

@@ -30,8 +30,9 @@ from multidict import CIMultiDict
 from gateway import errorlog, responses
 from gateway.context import RequestContext
 from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, relay, response_spool
-from gateway.proxy.headers import SetFields, switch_response_headers, upgrade_request_head
+from gateway.proxy.headers import switch_response_headers, upgrade_request_head
 from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure
+from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy
 from gateway.proxy.tunnel import End, Tunnel
 from gateway.proxy.upstream import UpstreamPool
@@ -60,17 +61,17 @@ async def forward_websocket(
     *,
     trusted_peer: bool,
     buffers: BufferPolicy = DEFAULT_BUFFERS,
-    target: str | None = None,
-    set_fields: SetFields | None = None,
+    rewrite: UpstreamRewrite | None = None,
 ) -> web.StreamResponse:
     accept = ctx.headers.get("Accept", "")
     if request.body_exists:
         refused = responses.error(400, accept, "a WebSocket handshake has no body")
         refused.force_close()  # the body was not read
         return refused
+    target, set_fields = (ctx.raw_target, None) if rewrite is None else rewrite.apply(ctx)
     head = upgrade_request_head(
         ctx.method,
-        target or ctx.raw_target,
+        target,
         ctx.headers,
         peer_ip=ctx.peer.text,
         client_ip=ctx.client.text,
