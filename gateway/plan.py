@@ -161,7 +161,7 @@ def _return(spec: ReturnSpec | None) -> ReturnPlan | None:
     return ReturnPlan(
         code=spec.code,
         url=compile_value(spec.url) if spec.url is not None else None,
-        text=compile_value(spec.text) if spec.text is not None else None,
+        text=compile_value(spec.text, body=True) if spec.text is not None else None,
     )
 
 

@@ -47,13 +47,18 @@ class ValueTemplate:
 _VAR = re.compile(r"\$(?:\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
 
 
-def parse_value(value: object) -> ValueTemplate:
+def parse_body_text(value: object) -> ValueTemplate:
+    """A response body (``return``'s text): line breaks allowed."""
+    return parse_value(value, body=True)
+
+
+def parse_value(value: object, *, body: bool = False) -> ValueTemplate:
     """Parse a text with variables; raise ValueError naming an unknown one like nginx does."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
         raise ValueError(f"expected a text (variables allowed), got {type(value).__name__}")
-    if _CONTROL.search(value):
+    if not body and _CONTROL.search(value):
         raise ValueError("a value cannot contain CR, LF or NUL")
     parts: list[tuple[str, str]] = []
     pos = 0
@@ -98,8 +103,9 @@ def _variable(name: str) -> ValueFn:
     return lambda ctx: fn(ctx).decode("utf-8", "surrogateescape")
 
 
-def compile_value(template: ValueTemplate) -> ValueFn:
-    """The text's function of the request; CR/LF/NUL from variables become spaces."""
+def compile_value(template: ValueTemplate, *, body: bool = False) -> ValueFn:
+    """The text's function of the request; in a header (not ``body``), CR/LF/NUL from
+    variables become spaces."""
     if template.constant:
         return _literal(template.source)
     fns: list[ValueFn] = []
@@ -110,6 +116,8 @@ def compile_value(template: ValueTemplate) -> ValueFn:
             fns.append(_literal(value))
     frozen = tuple(fns)
     control = _CONTROL.search
+    if body:
+        return lambda ctx: "".join([fn(ctx) for fn in frozen])
 
     def render(ctx: RequestContext) -> str:
         out = "".join([fn(ctx) for fn in frozen])

@@ -39,7 +39,7 @@ from gateway.limits.gcra import MAX_SPAN_NS as GCRA_MAX_SPAN_NS
 from gateway.limits.sliding_count import MAX_PRODUCT as SLIDING_MAX_PRODUCT
 from gateway.realip import Network
 from gateway.routing import Location, parse_location
-from gateway.valuetemplate import ValueTemplate, parse_value
+from gateway.valuetemplate import ValueTemplate, parse_body_text, parse_value
 
 SLIDING_LOG_MAX = 100_000  # entries per key: the memory a key may cost stays bounded
 ZoneType = Literal["req", "count", "conn", "gcra", "sliding_log", "token"]
@@ -921,7 +921,7 @@ def _return(r: Reader, value: Any, path: KeyPath) -> ReturnSpec | None:
         return None
     code = r.field(data, "code", path, int_in(200, 599, "status code"), None)
     url = r.field(data, "url", path, parse_value, None)
-    text = r.field(data, "text", path, parse_value, None)
+    text = r.field(data, "text", path, parse_body_text, None)
     if code is None:
         return None
     if url is not None and code not in REDIRECT_CODES:
