@@ -164,6 +164,7 @@ _GETTERS: dict[str, Callable[[Fields], str]] = {
     "limit_token_status": _ctx("limit_token_status"),
     "route": lambda f: str(f.ctx.route.location) if f.ctx is not None and f.ctx.route is not None else "",
     "server_port": _ctx("server_port"),
+    "server_name": lambda f: f.ctx.server.name if f.ctx is not None and f.ctx.server is not None else "",
     "scheme": _ctx("scheme"),
     "pid": lambda f: str(os.getpid()),
 }

@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument(
         "--emit-future",
         action="store_true",
-        help="write servers, uri, proxy_set_header, add_header and return as keys, not comments",
+        help="accepted for older scripts; servers, uri, proxy_set_header, add_header and return are always keys",
     )
 
     rep = sub.add_parser("replay", help="run an access log through the configured limits and report")
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "import-nginx":
             from gateway.nginxconf.command import run_import
 
-            return run_import(args.nginx_conf, args.output, args.emit_future)
+            return run_import(args.nginx_conf, args.output)
         if args.command == "replay":
             from gateway.replay.command import run_replay
 

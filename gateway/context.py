@@ -37,6 +37,7 @@ class RequestContext:
         "request_target",
         "route",
         "scheme",
+        "server",
         "server_port",
         "started",
         "status",
@@ -83,6 +84,7 @@ class RequestContext:
         self.peer = peer
         self.client = peer
         self.route: Any = None
+        self.server: Any = None  # the virtual server (gateway.plan.ServerPlan)
         self.status = 0
         self.upstream_addr = ""
         self.upstream_status = ""

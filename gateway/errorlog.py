@@ -109,7 +109,7 @@ def request_suffix(ctx: RequestContext) -> str:
     version = ctx.version
     parts = [
         f"client: {ctx.client.text}",
-        "server: ",
+        f"server: {ctx.server.name if ctx.server is not None else ''}",
         f'request: "{escape(ctx.method)} {escape(ctx.request_target)} HTTP/{version.major}.{version.minor}"',
     ]
     if ctx.upstream_addr:

@@ -53,8 +53,9 @@ class Overrides:
 
     def apply(self, spec: ConfigSpec) -> ConfigSpec:
         changes: dict[str, object] = {}
-        if self.listen:
+        if self.listen:  # every server moves to the given addresses
             changes["listen"] = self.listen
+            changes["servers"] = tuple(dataclasses.replace(s, listen=self.listen) for s in spec.servers)
         if self.workers is not None:
             changes["workers"] = self.workers
         if self.upstreams:

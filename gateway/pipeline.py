@@ -18,6 +18,7 @@ from multidict import CIMultiDict
 
 from gateway import errorlog, responses
 from gateway.accesslog import CTX_KEY, AccessLog
+from gateway.addheader import add_headers
 from gateway.bans import Ban, BanList, epoch_ms
 from gateway.context import RequestContext
 from gateway.edge import unsupported_version
@@ -28,6 +29,7 @@ from gateway.proxy.headers import is_websocket_upgrade
 from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.proxy.websocket import forward_websocket
 from gateway.realip import UNKNOWN, parse_addr
+from gateway.returns import answer_return
 from gateway.routing import BadURI, normalize_uri
 
 
@@ -49,7 +51,11 @@ class Pipeline:
         ctx = RequestContext(request, time.monotonic(), peer, "http", sockname[1] if sockname else 0)
         request[CTX_KEY] = ctx
         try:
-            return await self._handle(request, ctx, config, pools)
+            response = await self._handle(request, ctx, config, pools)
+            route = ctx.route
+            if route is not None and route.add_header and not response.prepared:  # the gateway's own answer
+                add_headers(response.headers, route.add_header, response.status, ctx)
+            return response
         except asyncio.CancelledError:
             if not ctx.logged:  # the client closed the connection first: nginx's 499
                 ctx.logged = True
@@ -75,12 +81,17 @@ class Pipeline:
         # 1. real client address
         if config.realip.trusted:
             ctx.client = config.realip.resolve(ctx.peer, request.headers)
-        # 2. route
+        # 2. virtual server, then route
+        server = config.single
+        if server is None:
+            sockname = request.transport.get_extra_info("sockname") if request.transport else None
+            server = config.vhosts.find((sockname[0], sockname[1]) if sockname else None, ctx.host)
+        ctx.server = server
         try:
             ctx.uri = normalize_uri(ctx.path_only)
         except BadURI as exc:
             return responses.error(400, accept, str(exc))
-        match = config.table.match(ctx.uri)
+        match = server.table.match(ctx.uri)
         if match.redirect is not None:
             query = f"?{ctx.raw_query}" if ctx.raw_query else ""
             return responses.redirect(match.redirect + query)
@@ -88,7 +99,6 @@ class Pipeline:
         if route is None:
             return responses.error(404, accept, "no route for this URI")
         ctx.route = route
-        pool = pools[route.upstream]  # before any limit is taken: nothing to give back if it fails
         # 3. access rules: deny is always 403; allow is never limited nor banned; then bans
         if config.deny and ctx.client in config.deny:
             errorlog.request_event("error", ctx, "access forbidden by rule")
@@ -98,6 +108,9 @@ class Pipeline:
             ban = self.bans.match(ctx.client, epoch_ms())
             if ban is not None:
                 return self._banned(ctx, ban, accept)
+        if route.ret is not None:  # answered here, before limits (nginx's rewrite phase)
+            return answer_return(route.ret, ctx, accept)
+        pool = pools[route.upstream]  # before any limit is taken: nothing to give back if it fails
         # 4. limits: limit_req and limit_count, the delay, then limit_conn
         admission = None
         if route.has_limits and not exempt:
@@ -138,7 +151,13 @@ class Pipeline:
             ws_extra = self.limiter.headers(admission) if admission is not None else ()
             try:
                 return await forward_websocket(
-                    request, ctx, pool, ws_extra, trusted_peer=trusted_peer, buffers=route.buffers
+                    request,
+                    ctx,
+                    pool,
+                    ws_extra,
+                    trusted_peer=trusted_peer,
+                    buffers=route.buffers,
+                    rewrite=route.rewrite,
                 )
             except asyncio.CancelledError:
                 if ctx.status == 101 and not ctx.logged:
@@ -158,4 +177,5 @@ class Pipeline:
             trusted_peer=trusted_peer,
             body_timeout=route.client_body_timeout_s,
             buffers=route.buffers,
+            rewrite=route.rewrite,
         )

@@ -14,16 +14,34 @@ route switches inherited limits off.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from gateway.addheader import AddedHeader
 from gateway.banlist import CidrSet, net_key
-from gateway.config.schema import ALGO_TYPES, ConfigSpec, LimitReqSpec, LimitUseSpec, RouteSettings, ZoneSpec
+from gateway.config.schema import (
+    ALGO_TYPES,
+    ConfigSpec,
+    LimitReqSpec,
+    LimitUseSpec,
+    ReturnSpec,
+    RouteSettings,
+    RouteSpec,
+    ZoneSpec,
+)
 from gateway.keys import KeyFn, compile_key
 from gateway.limits.gcra import GcraParams
 from gateway.limits.sliding_log import LogParams
 from gateway.limits.token import TokenParams
+from gateway.proxy.headers import SetFields
+from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy
 from gateway.realip import Network, RealIp
 from gateway.routing import Location, LocationTable
+from gateway.valuetemplate import ValueFn, ValueTemplate, compile_value
+from gateway.vhosts import ServerTable
+
+if TYPE_CHECKING:
+    from gateway.context import RequestContext
 
 # nginx's "nodelay": the delay threshold is never reached.
 NODELAY_M = (2**63 - 1) // 1000 * 1000
@@ -86,6 +104,68 @@ class AlgoLimit:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReturnPlan:
+    code: int
+    url: ValueFn | None
+    text: ValueFn | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetHeaders:
+    """A route's ``proxy_set_header``: the names it replaces, and the values to send."""
+
+    names: frozenset[str]  # lower case, with those removed by an empty value
+    values: tuple[tuple[str, ValueFn], ...]
+
+    def fields(self, ctx: RequestContext) -> SetFields:
+        out = []
+        for name, fn in self.values:
+            value = fn(ctx)
+            if value:  # a variable that is empty removes the header, as in nginx
+                out.append((name, value))
+        return self.names, out
+
+
+# Framing, hop-by-hop and handshake headers are the gateway's own: proxy_set_header leaves them alone.
+PROXY_SET_IGNORED = frozenset(
+    {"connection", "upgrade", "content-length", "transfer-encoding", "te", "keep-alive", "expect", "trailer",
+     "proxy-connection", "proxy-authenticate", "proxy-authorization"}
+)  # fmt: skip
+
+
+def _set_headers(items: tuple[tuple[str, ValueTemplate], ...] | None) -> SetHeaders | None:
+    if not items:
+        return None
+    kept = [(name, value) for name, value in items if name.lower() not in PROXY_SET_IGNORED]
+    # Host cannot be removed (HTTP/1.1 needs one): an empty Host keeps the default.
+    kept = [(name, value) for name, value in kept if not (name.lower() == "host" and not value.source)]
+    if not kept:
+        return None
+    return SetHeaders(
+        names=frozenset(name.lower() for name, _ in kept),
+        values=tuple((name, compile_value(value)) for name, value in kept if value.source),
+    )
+
+
+def _rewrite(route: RouteSpec, set_header: tuple[tuple[str, ValueTemplate], ...] | None) -> UpstreamRewrite | None:
+    headers = _set_headers(set_header)
+    if route.uri is None and headers is None:
+        return None
+    cut = len(route.location.value) if route.uri is not None else 0
+    return UpstreamRewrite(route.uri, cut, headers.fields if headers is not None else None)
+
+
+def _return(spec: ReturnSpec | None) -> ReturnPlan | None:
+    if spec is None:
+        return None
+    return ReturnPlan(
+        code=spec.code,
+        url=compile_value(spec.url) if spec.url is not None else None,
+        text=compile_value(spec.text, body=True) if spec.text is not None else None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RoutePlan:
     index: int
     location: Location
@@ -105,6 +185,9 @@ class RoutePlan:
     dry_run: bool
     ratelimit_headers: bool
     ratelimit_policy: str  # the RateLimit-Policy field, fixed per route
+    rewrite: UpstreamRewrite | None = None  # uri and proxy_set_header (None: neither)
+    add_header: tuple[AddedHeader, ...] = ()
+    ret: ReturnPlan | None = None
 
     @property
     def has_limits(self) -> bool:
@@ -112,10 +195,22 @@ class RoutePlan:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CompiledConfig:
-    spec: ConfigSpec
+class ServerPlan:
+    """One virtual server: its ``$server_name`` and its locations."""
+
+    name: str
     routes: tuple[RoutePlan, ...]
     table: LocationTable[RoutePlan]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledConfig:
+    spec: ConfigSpec
+    routes: tuple[RoutePlan, ...]  # of every server
+    table: LocationTable[RoutePlan]  # the first server's
+    servers: tuple[ServerPlan, ...]
+    single: ServerPlan | None  # the only server: no choice to make per request
+    vhosts: ServerTable[ServerPlan]
     realip: RealIp
     allow: CidrSet  # access.allow and allow_file: one set probe per prefix length, like the bans
     deny: CidrSet
@@ -133,59 +228,74 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
     key_fns: dict[str, KeyFn] = {
         name: compile_key(zone.key, max_key=zone.max_key, ipv6_prefix=zone.ipv6_prefix) for name, zone in zones.items()
     }
-    routes: list[RoutePlan] = []
-    for route in spec.routes:
-        s, d = route.settings, spec.defaults
-        req_specs = s.limit_req if s.limit_req is not None else (d.limit_req or ())
-        count_specs = s.limit_count if s.limit_count is not None else (d.limit_count or ())
-        conn_specs = s.limit_conn if s.limit_conn is not None else (d.limit_conn or ())
-        uses = s.limits if s.limits is not None else (d.limits or ())
-        # the generic limits: list adds to each kind, after that kind's own list
-        all_req: list[LimitReqSpec | LimitUseSpec] = [*req_specs, *(u for u in uses if u.type == "req")]
-        all_count = [c.zone for c in count_specs] + [u.zone for u in uses if u.type == "count"]
-        all_conn = [(c.zone, c.max) for c in conn_specs] + [(u.zone, u.max) for u in uses if u.type == "conn"]
-        req_limits = tuple(_req(zones[r.zone], key_fns[r.zone], r.burst, r.delay, r.nodelay) for r in all_req)
-        count_limits = tuple(
-            CountLimit(
-                zone=z,
-                key=key_fns[z],
-                limit=zones[z].limit,
-                window_ms=zones[z].window_ms,
-                sliding=zones[z].window_type == "sliding",
-            )
-            for z in all_count
-        )
-        conn_limits = tuple(ConnLimit(zone=z, key=key_fns[z], max=m) for z, m in all_conn)
-        algo_limits = tuple(_algo(zones[u.zone], key_fns[u.zone], u) for u in uses if u.type in ALGO_TYPES)
-        routes.append(
-            RoutePlan(
-                index=route.index,
-                location=route.location,
-                upstream=str(_pick(s, d, "upstream", "")),
-                client_max_body_size=int(_pick(s, d, "client_max_body_size", DEFAULT_BODY_LIMIT)),  # type: ignore[call-overload]
-                client_body_timeout_s=int(_pick(s, d, "client_body_timeout_ms", 60_000)) / 1000,  # type: ignore[call-overload]
-                buffers=_buffers(s, d, spec.temp_path),
-                limit_req=req_limits,
-                limit_count=count_limits,
-                limit_conn=conn_limits,
-                limit_algo=algo_limits,
-                limit_req_status=int(_pick(s, d, "limit_req_status", 503)),  # type: ignore[call-overload]
-                limit_conn_status=int(_pick(s, d, "limit_conn_status", 503)),  # type: ignore[call-overload]
-                limit_count_status=int(_pick(s, d, "limit_count_status", 429)),  # type: ignore[call-overload]
-                limit_req_log_level=str(_pick(s, d, "limit_req_log_level", "error")),
-                limit_conn_log_level=str(_pick(s, d, "limit_conn_log_level", "error")),
-                dry_run=bool(_pick(s, d, "dry_run", False)),
-                ratelimit_headers=bool(_pick(s, d, "ratelimit_headers", True)),
-                ratelimit_policy=_policy(req_limits, count_limits, conn_limits, algo_limits),
-            )
-        )
+    servers: list[ServerPlan] = []
+    for server in spec.servers:
+        plans = tuple(_route_plan(route, spec, key_fns) for route in server.routes)
+        table = LocationTable([(plan.location, plan) for plan in plans])
+        servers.append(ServerPlan(name=server.name, routes=plans, table=table))
+    vhosts = ServerTable([(s.names, s.listen, s.default, plan) for s, plan in zip(spec.servers, servers, strict=True)])
     return CompiledConfig(
         spec=spec,
-        routes=tuple(routes),
-        table=LocationTable([(plan.location, plan) for plan in routes]),
+        routes=tuple(plan for server in servers for plan in server.routes),
+        table=servers[0].table,
+        servers=tuple(servers),
+        single=servers[0] if len(servers) == 1 else None,
+        vhosts=vhosts,
         realip=RealIp(spec.real_ip.trusted, spec.real_ip.header, spec.real_ip.recursive),
         allow=_cidr_set(spec.access.allow, spec.access.allow_from_file),
         deny=_cidr_set(spec.access.deny, spec.access.deny_from_file),
+    )
+
+
+def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -> RoutePlan:
+    zones = spec.zones
+    s, d = route.settings, spec.defaults
+    req_specs = s.limit_req if s.limit_req is not None else (d.limit_req or ())
+    count_specs = s.limit_count if s.limit_count is not None else (d.limit_count or ())
+    conn_specs = s.limit_conn if s.limit_conn is not None else (d.limit_conn or ())
+    uses = s.limits if s.limits is not None else (d.limits or ())
+    # the generic limits: list adds to each kind, after that kind's own list
+    all_req: list[LimitReqSpec | LimitUseSpec] = [*req_specs, *(u for u in uses if u.type == "req")]
+    all_count = [c.zone for c in count_specs] + [u.zone for u in uses if u.type == "count"]
+    all_conn = [(c.zone, c.max) for c in conn_specs] + [(u.zone, u.max) for u in uses if u.type == "conn"]
+    req_limits = tuple(_req(zones[r.zone], key_fns[r.zone], r.burst, r.delay, r.nodelay) for r in all_req)
+    count_limits = tuple(
+        CountLimit(
+            zone=z,
+            key=key_fns[z],
+            limit=zones[z].limit,
+            window_ms=zones[z].window_ms,
+            sliding=zones[z].window_type == "sliding",
+        )
+        for z in all_count
+    )
+    conn_limits = tuple(ConnLimit(zone=z, key=key_fns[z], max=m) for z, m in all_conn)
+    algo_limits = tuple(_algo(zones[u.zone], key_fns[u.zone], u) for u in uses if u.type in ALGO_TYPES)
+    return RoutePlan(
+        index=route.index,
+        location=route.location,
+        upstream=str(_pick(s, d, "upstream", "")),
+        client_max_body_size=int(_pick(s, d, "client_max_body_size", DEFAULT_BODY_LIMIT)),  # type: ignore[call-overload]
+        client_body_timeout_s=int(_pick(s, d, "client_body_timeout_ms", 60_000)) / 1000,  # type: ignore[call-overload]
+        buffers=_buffers(s, d, spec.temp_path),
+        limit_req=req_limits,
+        limit_count=count_limits,
+        limit_conn=conn_limits,
+        limit_algo=algo_limits,
+        limit_req_status=int(_pick(s, d, "limit_req_status", 503)),  # type: ignore[call-overload]
+        limit_conn_status=int(_pick(s, d, "limit_conn_status", 503)),  # type: ignore[call-overload]
+        limit_count_status=int(_pick(s, d, "limit_count_status", 429)),  # type: ignore[call-overload]
+        limit_req_log_level=str(_pick(s, d, "limit_req_log_level", "error")),
+        limit_conn_log_level=str(_pick(s, d, "limit_conn_log_level", "error")),
+        dry_run=bool(_pick(s, d, "dry_run", False)),
+        ratelimit_headers=bool(_pick(s, d, "ratelimit_headers", True)),
+        ratelimit_policy=_policy(req_limits, count_limits, conn_limits, algo_limits),
+        rewrite=_rewrite(route, s.proxy_set_header if s.proxy_set_header is not None else d.proxy_set_header),
+        add_header=tuple(
+            AddedHeader(a.name, compile_value(a.value), a.always)
+            for a in (s.add_header if s.add_header is not None else (d.add_header or ()))
+        ),
+        ret=_return(route.ret),
     )
 
 

@@ -98,14 +98,15 @@ def test_full_corpus_translation(tmp_path: Path) -> None:
         ("conf.d/site.conf:36:", "no proxy_pass"),
     ]:
         assert any(where in line and what in line for line in skipped.splitlines()), (where, what, skipped)
-    # future keys are comments today
-    assert "# needs: proxy_set_header" in result.stdout and "# needs: proxy_pass with a URI" in result.stdout
-    assert "#   X-Real-IP: $remote_addr" in result.stdout
-    assert "# needs: return routes (this whole route)" in result.stdout
+    # the features the gateway has now are keys, no longer comments
+    assert "# needs:" not in result.stdout
+    assert routes["/api/"]["uri"] == "/v1/"
 
 
-def test_emit_future_writes_the_agreed_keys() -> None:
+def test_the_agreed_keys_are_written_and_emit_future_changes_nothing() -> None:
+    plain = _gateway("import-nginx", str(CORPUS / "full" / "nginx.conf"))
     result = _gateway("import-nginx", str(CORPUS / "full" / "nginx.conf"), "--emit-future")
+    assert result.stdout == plain.stdout
     doc = yaml.safe_load(result.stdout)
     routes = {r["location"]: r for r in doc["routes"]}
     assert routes["/api/"]["uri"] == "/v1/"
@@ -119,12 +120,46 @@ def test_emit_future_writes_the_agreed_keys() -> None:
     assert second["default_server"] is True and second["routes"][0]["return"] == {"code": 404}
 
 
-def test_vhosts_without_emit_future_keep_the_default_server_and_exit_2() -> None:
+def test_vhosts_are_written_as_servers_and_exit_0() -> None:
     result = _gateway("import-nginx", str(CORPUS / "vhosts" / "nginx.conf"))
-    assert result.returncode == 2
-    assert "needs servers (virtual hosts)" in result.stderr
+    assert result.returncode == 0, result.stderr
     doc = yaml.safe_load(result.stdout)
-    assert [r["location"] for r in doc["routes"]] == ["/x/"]  # the default server; its return route is a comment
+    assert "routes" not in doc and len(doc["servers"]) == 2
+    assert [r["location"] for r in doc["servers"][1]["routes"]] == ["/", "/x/"]
+
+
+@pytest.mark.parametrize("corpus", ["full", "vhosts", "tricky", "limits_only"])
+def test_every_imported_corpus_passes_gateway_check(corpus: str, tmp_path: Path) -> None:
+    out = tmp_path / "limits.yaml"
+    _gateway("import-nginx", str(CORPUS / corpus / "nginx.conf"), "-o", str(out))
+    check = _gateway("check", "-c", str(out))
+    assert check.returncode == 0 and check.stdout.strip() == "ok", check.stderr
+
+
+def test_values_with_variables_the_gateway_lacks_are_skipped_not_written(tmp_path: Path) -> None:
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        "events {}\nhttp { server { listen 127.0.0.1:8080; server_name _ a*b.test ok.test;\n"
+        "  location / { proxy_pass http://127.0.0.1:9000;\n"
+        "    proxy_set_header Connection $connection_upgrade; proxy_set_header X-Id $remote_addr;\n"
+        "    add_header X-Req $request_id; }\n"
+        "  location = /r { return 302 https://x.test$request_uri; } } }\n"
+    )
+    result = _gateway("import-nginx", str(conf))
+    assert result.returncode == 2
+    for where, what in [
+        ("nginx.conf:4:", 'proxy_set_header: unknown "connection_upgrade" variable'),
+        ("nginx.conf:5:", 'add_header: unknown "request_id" variable'),
+        ("nginx.conf:2:", 'server_name: invalid server name "a*b.test"'),
+    ]:
+        assert any(where in line and what in line for line in result.stderr.splitlines()), (what, result.stderr)
+    doc = yaml.safe_load(result.stdout)
+    routes = {r["location"]: r for r in doc["routes"]}
+    assert routes["/"]["proxy_set_header"] == {"X-Id": "$remote_addr"} and "add_header" not in routes["/"]
+    assert routes["= /r"]["return"] == {"code": 302, "url": "https://x.test$request_uri"}
+    out = tmp_path / "limits.yaml"
+    out.write_text(result.stdout)
+    assert _gateway("check", "-c", str(out)).returncode == 0
 
 
 def test_tricky_forms() -> None:

@@ -277,3 +277,26 @@ def test_a_truncated_gzip_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     conf.write_text(CONFIG.format(port=1, upstream="127.0.0.1:9"))
     result = _replay(str(log), "-c", str(conf), "--format", TEMPLATE)
     assert result.returncode == 1 and "unreadable after" in result.stderr and "Traceback" not in result.stderr
+
+
+VHOST_CONFIG = """
+zones:
+  a: {type: req, key: $binary_remote_addr, rate: 1r/m}
+servers:
+  - server_name: api.test
+    routes: [{location: /, return: {code: 200, text: ok}, limit_req: [{zone: a}]}]
+  - server_name: www.test
+    routes: [{location: /, return: {code: 200, text: ok}}]
+"""
+
+
+def test_replay_picks_the_virtual_server_by_host() -> None:
+    template = '$remote_addr [$msec] "$request" $status $host'
+    parse, _ = line_parser(template)
+    lines = [
+        f'10.0.0.1 [{1_790_000_000 + i / 10:.3f}] "GET /x HTTP/1.1" 200 {host}'
+        for i, host in enumerate(["api.test", "API.test", "www.test", "www.test"])
+    ]
+    outcomes = list(Simulator(load_config_text(VHOST_CONFIG)).run(read_requests(lines, parse, Timing())))
+    # api.test's route has the 1r/m limit: its second request is over; www.test has none
+    assert [o.limit_req_status for o in outcomes] == ["PASSED", "REJECTED", "", ""]

@@ -7,6 +7,7 @@ going after an error so that one ``gateway check`` shows them all.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -29,6 +30,7 @@ from gateway.config.reader import (
     status_code,
     zone_size,
 )
+from gateway.config.servers import VirtualServerSpec, bound_addresses, parse_servers
 from gateway.config.source import Document
 from gateway.config.units import PeriodRate, Rate, parse_period_rate, parse_rate
 from gateway.errors import ConfigErrors, KeyPath
@@ -37,6 +39,7 @@ from gateway.limits.gcra import MAX_SPAN_NS as GCRA_MAX_SPAN_NS
 from gateway.limits.sliding_count import MAX_PRODUCT as SLIDING_MAX_PRODUCT
 from gateway.realip import Network
 from gateway.routing import Location, parse_location
+from gateway.valuetemplate import ValueTemplate, parse_body_text, parse_value
 
 SLIDING_LOG_MAX = 100_000  # entries per key: the memory a key may cost stays bounded
 ZoneType = Literal["req", "count", "conn", "gcra", "sliding_log", "token"]
@@ -191,6 +194,22 @@ class RouteSettings:
     proxy_buffering: bool | None = None
     proxy_buffers: int | None = None
     proxy_max_temp_file_size: int | None = None
+    proxy_set_header: tuple[tuple[str, ValueTemplate], ...] | None = None  # empty value: remove the header
+    add_header: tuple[AddHeaderSpec, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddHeaderSpec:
+    name: str
+    value: ValueTemplate
+    always: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReturnSpec:
+    code: int
+    url: ValueTemplate | None = None  # 301, 302, 303, 307, 308
+    text: ValueTemplate | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,6 +217,8 @@ class RouteSpec:
     index: int
     location: Location
     settings: RouteSettings
+    uri: str | None = None  # proxy_pass's URI part: replaces the matched prefix
+    ret: ReturnSpec | None = None  # answer at once, no upstream
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,7 +265,7 @@ class StoreSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigSpec:
     file: str
-    listen: tuple[tuple[str, int], ...]
+    listen: tuple[tuple[str, int], ...]  # every address bound (with servers: the union of theirs)
     workers: int  # 0 means "auto": one per core
     shutdown_timeout_ms: int
     edge: EdgeSpec
@@ -254,7 +275,8 @@ class ConfigSpec:
     upstreams: Mapping[str, UpstreamSpec]
     zones: Mapping[str, ZoneSpec]
     defaults: RouteSettings
-    routes: tuple[RouteSpec, ...]
+    routes: tuple[RouteSpec, ...]  # top-level routes (empty with servers:)
+    servers: tuple[VirtualServerSpec, ...] = ()  # always at least one once parsed
     access: AccessSpec
     bans: BansSpec
     store: StoreSpec
@@ -283,6 +305,7 @@ TOP_KEYS = (
     "zones",
     "defaults",
     "routes",
+    "servers",
     "access",
     "bans",
     "store",
@@ -309,15 +332,23 @@ ROUTE_SETTING_KEYS = (
     "proxy_buffering",
     "proxy_buffers",
     "proxy_max_temp_file_size",
+    "proxy_set_header",
+    "add_header",
 )
+ROUTE_ONLY_KEYS = ("location", "uri", "return")
+REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
 def parse_config(doc: Document) -> ConfigSpec:
     """Validate a whole document; raise ``ConfigErrors`` listing every problem."""
     r = Reader(doc)
-    data = r.mapping(doc.data, (), TOP_KEYS, required=("routes",), what="a mapping at the top level")
+    data = r.mapping(doc.data, (), TOP_KEYS, what="a mapping at the top level")
     if data is None:
         raise ConfigErrors(r.errors)
+    if "routes" in data and "servers" in data:
+        r.error(("servers",), "use either routes (one server) or servers (virtual hosts), not both", at_key=True)
+    elif "routes" not in data and "servers" not in data:
+        r.error((), "missing required key 'routes'")
 
     listen = _listen(r, data)
     workers = _workers(r, data)
@@ -330,9 +361,21 @@ def parse_config(doc: Document) -> ConfigSpec:
         else RouteSettings()
     )
     routes = _routes(r, data["routes"], zones, upstreams, defaults) if "routes" in data else ()
+    if "servers" in data:
+        servers = parse_servers(
+            r,
+            data["servers"],
+            listen,
+            lambda value, path: _listen_list(r, value, path),
+            lambda value, path: _routes(r, value, zones, upstreams, defaults, path),
+        )
+        listen = bound_addresses(servers)
+    else:
+        servers = (VirtualServerSpec(index=0, names=(), listen=listen, default=True, routes=routes),)
     spec = ConfigSpec(
         file=doc.file,
         listen=listen,
+        servers=servers,
         workers=workers,
         shutdown_timeout_ms=shutdown_ms or 0,
         edge=_edge(r, data),
@@ -360,10 +403,14 @@ def parse_config(doc: Document) -> ConfigSpec:
 def _listen(r: Reader, data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
     if "listen" not in data:
         return (("0.0.0.0", 8080),)
+    return _listen_list(r, data["listen"], ("listen",))
+
+
+def _listen_list(r: Reader, value: Any, at: KeyPath) -> tuple[tuple[str, int], ...]:
     parse = host_port()
     out: list[tuple[str, int]] = []
-    for i, item in enumerate(r.sequence(data["listen"], ("listen",), allow_scalar=True)):
-        path: KeyPath = ("listen", i) if isinstance(data["listen"], list) else ("listen",)
+    for i, item in enumerate(r.sequence(value, at, allow_scalar=True)):
+        path: KeyPath = at + (i,) if isinstance(value, list) else at
         try:
             addr = parse(item)
         except ValueError as exc:
@@ -373,7 +420,7 @@ def _listen(r: Reader, data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
             r.error(path, f"duplicate listen {addr[0]}:{addr[1]}")
         out.append(addr)
     if not out and not r.errors:
-        r.error(("listen",), "at least one listen address is required")
+        r.error(at, "at least one listen address is required")
     return tuple(out)
 
 
@@ -745,13 +792,14 @@ def _routes(
     zones: Mapping[str, ZoneSpec],
     upstreams: Mapping[str, UpstreamSpec],
     defaults: RouteSettings,
+    at: KeyPath = ("routes",),
 ) -> tuple[RouteSpec, ...]:
-    items = r.sequence(value, ("routes",))
+    items = r.sequence(value, at)
     out: list[RouteSpec] = []
     seen: dict[tuple[str, str], int] = {}
     for i, item in enumerate(items):
-        path: KeyPath = ("routes", i)
-        data = r.mapping(item, path, ("location",) + ROUTE_SETTING_KEYS, required=("location",))
+        path: KeyPath = at + (i,)
+        data = r.mapping(item, path, ROUTE_ONLY_KEYS + ROUTE_SETTING_KEYS, required=("location",))
         if data is None or "location" not in data:
             continue
         location = r.field(data, "location", path, parse_location)
@@ -760,13 +808,19 @@ def _routes(
             continue
         ident = (location.kind if location.kind != "prefix_noregex" else "prefix", location.value)
         if ident in seen:
-            r.error(path + ("location",), f'duplicate location "{location.value}" (first at routes[{seen[ident]}])')
+            r.error(path + ("location",), f'duplicate location "{location.value}" (first at {at[-1]}[{seen[ident]}])')
         seen[ident] = i
-        if settings.upstream is None and defaults.upstream is None:
+        ret = _return(r, data["return"], path + ("return",)) if "return" in data else None
+        uri = r.field(data, "uri", path, _uri, None)
+        if uri is not None and location.kind in ("regex", "regex_icase"):
+            r.error(path + ("uri",), "a uri cannot be given for a location given by regular expression (as in nginx)")
+        if ret is not None and (uri is not None or settings.upstream is not None):
+            r.error(path + ("return",), "a route with return answers itself: it has no upstream nor uri")
+        if "return" not in data and settings.upstream is None and defaults.upstream is None:
             r.error(path, "missing required key 'upstream' (set it here or in defaults)")
-        out.append(RouteSpec(index=i, location=location, settings=settings))
+        out.append(RouteSpec(index=i, location=location, settings=settings, uri=uri, ret=ret))
     if isinstance(value, list) and not items:
-        r.error(("routes",), "at least one route is required")
+        r.error(at, "at least one route is required")
     return tuple(out)
 
 
@@ -810,7 +864,76 @@ def _settings(
         proxy_buffering=r.field(data, "proxy_buffering", path, _on_off, None),
         proxy_buffers=r.field(data, "proxy_buffers", path, _proxy_buffers, None),
         proxy_max_temp_file_size=r.field(data, "proxy_max_temp_file_size", path, size, None),
+        proxy_set_header=_proxy_set_header(r, data["proxy_set_header"], path + ("proxy_set_header",))
+        if "proxy_set_header" in data
+        else None,
+        add_header=_add_header(r, data["add_header"], path + ("add_header",)) if "add_header" in data else None,
     )
+
+
+def _uri(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ValueError(f"expected a URI path starting with '/', such as /v1/, got {value!r}")
+    if any(c <= " " or c == "\x7f" for c in value) or "$" in value or "#" in value:
+        raise ValueError("a uri cannot contain spaces, control characters, '#' or variables")
+    return value
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_name(value: Any) -> str:
+    if not isinstance(value, str) or not _TOKEN.fullmatch(value):
+        raise ValueError(f"expected a header name (an HTTP token), got {value!r}")
+    return value
+
+
+def _proxy_set_header(r: Reader, value: Any, path: KeyPath) -> tuple[tuple[str, ValueTemplate], ...]:
+    if not isinstance(value, dict):
+        r.error(path, "expected a mapping of header names to values (an empty value removes the header)")
+        return ()
+    out: list[tuple[str, ValueTemplate]] = []
+    for name, text in value.items():
+        try:
+            out.append((_header_name(name), parse_value("" if text is None else text)))
+        except ValueError as exc:
+            r.error(path + (str(name),), str(exc))
+    return tuple(out)
+
+
+def _add_header(r: Reader, value: Any, path: KeyPath) -> tuple[AddHeaderSpec, ...]:
+    out: list[AddHeaderSpec] = []
+    for i, item in enumerate(r.sequence(value, path)):
+        data = r.mapping(item, path + (i,), ("name", "value", "always"), required=("name", "value"))
+        if data is None or "name" not in data or "value" not in data:
+            continue
+        name = r.field(data, "name", path + (i,), _header_name, None)
+        text = r.field(data, "value", path + (i,), parse_value, None)
+        always = r.field(data, "always", path + (i,), as_bool, False)
+        if name is not None and text is not None:
+            out.append(AddHeaderSpec(name=name, value=text, always=bool(always)))
+    return tuple(out)
+
+
+def _return(r: Reader, value: Any, path: KeyPath) -> ReturnSpec | None:
+    data = r.mapping(value, path, ("code", "url", "text"), required=("code",))
+    if data is None or "code" not in data:
+        return None
+    code = r.field(data, "code", path, int_in(200, 599, "status code"), None)
+    url = r.field(data, "url", path, parse_value, None)
+    text = r.field(data, "text", path, parse_body_text, None)
+    if code is None:
+        return None
+    if url is not None and code not in REDIRECT_CODES:
+        r.error(path + ("url",), f"url goes with a redirect code ({', '.join(map(str, REDIRECT_CODES))}), not {code}")
+        return None
+    if code in REDIRECT_CODES and url is None:
+        r.error(path, f"a {code} return needs a url")
+        return None
+    if url is not None and text is not None:
+        r.error(path, "a return has a url or a text, not both")
+        return None
+    return ReturnSpec(code=code, url=url, text=text)
 
 
 def _on_off(value: Any) -> bool:

@@ -1,9 +1,8 @@
 """A translation ``Result`` written as a commented gateway configuration (YAML).
 
-Keys the gateway does not accept yet (virtual hosts, ``uri``, ``proxy_set_header``,
-``add_header``, ``return``) are written as comments marked ``# needs: <feature>``,
-so that ``gateway check`` passes today; with ``emit_future`` they are written as
-real keys (the agreed form), for a gateway that has the features.
+Virtual hosts (``servers:``), ``uri``, ``proxy_set_header``, ``add_header`` and
+``return`` are written as keys. ``emit_future=False`` writes them as comments marked
+``# needs: <feature>`` instead, the form for a gateway older than these features.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def _server_doc(server: Server, emit_future: bool) -> list[str]:
     return lines
 
 
-def render(result: Result, source: str, emit_future: bool = False) -> str:
+def render(result: Result, source: str, emit_future: bool = True) -> str:
     out = [f"# Imported from {source} by gateway import-nginx."]
     if result.skipped:
         out.append("# Not translated (file:line: directive -- reason):")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.logformat import PRESETS, unknown_variables
+from gateway.config.servers import parse_server_name
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.values import (
@@ -36,6 +37,7 @@ from gateway.nginxconf.values import (
     unsupported,
     zone_problem,
 )
+from gateway.valuetemplate import parse_value
 
 Doc = dict[str, Any]
 
@@ -203,7 +205,7 @@ class _Translator:
             if x.name == "listen":
                 self.listen(x, server)
             elif x.name == "server_name":
-                server.names.extend(x.args)
+                server.names.extend(self.server_names(x))
             elif x.name == "return":
                 self.skip(x, "a server-level return: write it as a location / with return (needs return routes)")
             elif not self.global_directive(x, scope, level="server", single=single):
@@ -325,7 +327,7 @@ class _Translator:
             value = return_value(ret)
             if value is None:
                 self.skip(ret, "return: expected a code 200..599 (and text) or a URL")
-            else:
+            elif self.usable_value(ret, [str(v) for k, v in value.items() if k != "code"], body="text" in value):
                 route.future.append(Future("return routes", ret.where, "return", value))
             if proxy is not None:
                 self.skip(proxy, "proxy_pass after return is never reached in nginx")
@@ -336,6 +338,29 @@ class _Translator:
             return None
         self.route_settings(route, scope)
         return route
+
+    def usable_value(self, d: Directive, values: list[str], body: bool = False) -> bool:
+        """A value the gateway can render (its variables known to it); else the directive is skipped."""
+        for value in values:
+            try:
+                parse_value(value, body=body)
+            except ValueError as exc:
+                self.skip(d, f"{d.name}: {exc}")
+                return False
+        return True
+
+    def server_names(self, d: Directive) -> list[str]:
+        names = []
+        for name in d.args:
+            if name in ("", "_"):
+                continue  # nginx's catch-all spellings: names nothing, the default server catches all
+            try:
+                parse_server_name(name)
+            except ValueError as exc:
+                self.skip(d, f"server_name: {exc}")
+                continue
+            names.append(name)
+        return names
 
     def proxy_pass(self, d: Directive, route: Route, regex: bool) -> None:
         match = re.fullmatch(r"(https?)://([^/]+)(/.*)?", d.args[0]) if len(d.args) == 1 else None
@@ -381,14 +406,14 @@ class _Translator:
         self.dry_run(route, scope)
         if "upstream" in data:
             self.upstream_settings(data["upstream"], scope)
-        headers = scope.array("proxy_set_header")
+        headers = [h for h in scope.array("proxy_set_header") if self.usable_value(h, h.args[1:2])]
         if headers:
             route.future.append(
                 Future(
                     "proxy_set_header", headers[0].where, "proxy_set_header", {h.args[0]: h.args[1] for h in headers}
                 )
             )
-        added = scope.array("add_header")
+        added = [h for h in scope.array("add_header") if self.usable_value(h, h.args[1:2])]
         if added:
             route.future.append(
                 Future("add_header", added[0].where, "add_header", [add_header_entry(h) for h in added])

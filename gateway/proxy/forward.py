@@ -32,10 +32,12 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway import errorlog, responses
+from gateway.addheader import add_headers
 from gateway.context import RequestContext
 from gateway.proxy.balancer import Peer
 from gateway.proxy.headers import request_head, response_headers
 from gateway.proxy.http1 import Connection, ReadTimedOut, ResponseHead, StaleConnection, UpstreamFailure
+from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy, RequestSpool, ResponseSpool
 from gateway.proxy.upstream import UpstreamPool
 
@@ -173,7 +175,9 @@ async def forward_http(
     trusted_peer: bool,
     body_timeout: float = 60.0,
     buffers: BufferPolicy = DEFAULT_BUFFERS,
+    rewrite: UpstreamRewrite | None = None,
 ) -> web.StreamResponse:
+    """``rewrite``: the route's ``uri`` and ``proxy_set_header`` (None: the request as it came)."""
     accept = headers.get("Accept", "")
     length = request.content_length
     if max_body and length is not None and length > max_body:
@@ -183,14 +187,18 @@ async def forward_http(
         RequestBody(request, max_body, body_timeout, buffers.client_body_deadline_s) if request.body_exists else None
     )
     if stream is None or not buffers.request_buffering:
-        return await _forward(request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, stream)
+        return await _forward(
+            request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, stream, rewrite
+        )
     spool = RequestSpool(buffers.client_body_buffer_size, buffers.temp_path)
     try:
         try:
             await _read_whole(stream, spool)
         except (BodyTooLarge, ClientBodyError, SpoolFailed) as exc:
             return _body_failed(request, ctx, accept, exc, max_body)
-        return await _forward(request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, spool)
+        return await _forward(
+            request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, spool, rewrite
+        )
     finally:
         spool.close()  # the temp file, if any, goes with it
 
@@ -205,8 +213,10 @@ async def _forward(
     trusted_peer: bool,
     buffers: BufferPolicy,
     body: RequestBody | RequestSpool | None,
+    rewrite: UpstreamRewrite | None,
 ) -> web.StreamResponse:
     """Try the upstream's servers in turn with a body that is streamed, buffered or absent."""
+    target, set_fields = (ctx.raw_target, None) if rewrite is None else rewrite.apply(ctx)
     accept = headers.get("Accept", "")
     buffered = isinstance(body, RequestSpool)
     chunked = body is not None and not buffered and request.content_length is None
@@ -216,7 +226,7 @@ async def _forward(
     def head_for(host_override: str | None) -> bytes:
         return request_head(
             ctx.method,
-            ctx.raw_target,
+            target,
             headers,
             peer_ip=ctx.peer.text,
             client_ip=ctx.client.text,
@@ -225,6 +235,7 @@ async def _forward(
             host_override=host_override,
             content_length=body.size if isinstance(body, RequestSpool) else request.content_length,
             chunked=chunked,
+            set_fields=set_fields,
         )
 
     head = b"" if per_peer else head_for(host)
@@ -355,6 +366,9 @@ async def relay(
         spool.set_buffering(accel[-1].strip().lower() != "no")
     for name, value in extra_headers:
         headers[name] = value
+    route = ctx.route
+    if route is not None and route.add_header:
+        add_headers(headers, route.add_header, status, ctx)
     read_timeout = pool.read_timeout
     try:
         no_body = ctx.method == "HEAD" or status in _NO_BODY_STATUS

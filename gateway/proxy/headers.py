@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+# proxy_set_header for one request: the lower-case names it sets or removes, and the
+# (name, value) fields it adds (those with an empty value are removed only).
+SetFields = tuple[frozenset[str], list[tuple[str, str]]]
+
 # Lower-case names, compared with name.lower(): multidict's istr hashes by its original
 # spelling, so a set of istr would miss "keep-alive" sent in lower case.
 HOP_BY_HOP = frozenset(
@@ -55,9 +59,10 @@ def _upstream_fields(
     trusted_peer: bool,
     scheme: str,
     host_override: str | None,
+    set_fields: SetFields | None = None,
 ) -> list[tuple[str, str]]:
     """The client's headers minus hop-by-hop, ``skip`` and those ``named`` in Connection,
-    then Host and the forwarding headers, in one pass.
+    then Host and the forwarding headers, in one pass; then the route's ``proxy_set_header``.
 
     Forwarding headers from an untrusted peer are replaced, not extended."""
     fields: list[tuple[str, str]] = []
@@ -82,6 +87,10 @@ def _upstream_fields(
     fields.append(("X-Forwarded-Proto", forwarded_proto or scheme))
     fields.append(("X-Forwarded-Host", forwarded_host or host))
     fields.append(("X-Real-IP", client_ip))
+    if set_fields is not None:
+        names, values = set_fields
+        fields = [item for item in fields if item[0].lower() not in names]
+        fields += values
     return fields
 
 
@@ -102,6 +111,7 @@ def request_head(
     host_override: str | None,
     content_length: int | None,
     chunked: bool,
+    set_fields: SetFields | None = None,
 ) -> bytes:
     """The request head for the upstream, as bytes, in one pass over the client's headers.
 
@@ -120,6 +130,7 @@ def request_head(
         trusted_peer=trusted_peer,
         scheme=scheme,
         host_override=host_override,
+        set_fields=set_fields,
     )
     if chunked:
         fields.append(("Transfer-Encoding", "chunked"))
@@ -138,6 +149,7 @@ def upgrade_request_head(
     trusted_peer: bool,
     scheme: str,
     host_override: str | None,
+    set_fields: SetFields | None = None,
 ) -> bytes:
     """A WebSocket handshake for the upstream, as nginx sends it with ``proxy_set_header
     Upgrade websocket`` and ``proxy_set_header Connection upgrade``: the client's headers
@@ -152,6 +164,7 @@ def upgrade_request_head(
         trusted_peer=trusted_peer,
         scheme=scheme,
         host_override=host_override,
+        set_fields=set_fields,
     )
     fields.append(("Connection", "upgrade"))
     fields.append(("Upgrade", "websocket"))

@@ -32,6 +32,7 @@ from gateway.context import RequestContext
 from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, relay, response_spool
 from gateway.proxy.headers import switch_response_headers, upgrade_request_head
 from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure
+from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy
 from gateway.proxy.tunnel import End, Tunnel
 from gateway.proxy.upstream import UpstreamPool
@@ -60,21 +61,24 @@ async def forward_websocket(
     *,
     trusted_peer: bool,
     buffers: BufferPolicy = DEFAULT_BUFFERS,
+    rewrite: UpstreamRewrite | None = None,
 ) -> web.StreamResponse:
     accept = ctx.headers.get("Accept", "")
     if request.body_exists:
         refused = responses.error(400, accept, "a WebSocket handshake has no body")
         refused.force_close()  # the body was not read
         return refused
+    target, set_fields = (ctx.raw_target, None) if rewrite is None else rewrite.apply(ctx)
     head = upgrade_request_head(
         ctx.method,
-        ctx.raw_target,
+        target,
         ctx.headers,
         peer_ip=ctx.peer.text,
         client_ip=ctx.client.text,
         trusted_peer=trusted_peer,
         scheme=ctx.scheme,
         host_override=pool.spec.host or ctx.upstream_host,
+        set_fields=set_fields,
     )
     balancer = pool.balancer
     tried: set[int] = set()

@@ -103,7 +103,8 @@ class Simulator:
         except BadURI:
             out.route = "(bad uri)"
             return out
-        match = self.config.table.match(ctx.uri)
+        server = self.config.single or self.config.vhosts.find(None, ctx.host)  # by $host (the log has no address)
+        match = server.table.match(ctx.uri)
         if match.route is None:
             out.route = "(redirect)" if match.redirect else "(no route)"
             return out

@@ -1,0 +1,137 @@
+"""``servers:``: virtual hosts, each with its names, listen addresses and routes (nginx's
+``server`` blocks).
+
+A config without ``servers:`` has one server: today's top-level ``routes:``, with no
+name, on every ``listen`` address. With ``servers:``, top-level ``routes:`` is not
+allowed; a server without ``listen`` uses the top-level ``listen`` (default
+0.0.0.0:8080). Names are exact (``api.example.com``), leading wildcards
+(``*.example.org``), trailing wildcards (``www.example.*``), ``.example.org`` (the name
+and all its subdomains) or regular expressions (``~^(?<sub>.+)\\.example\\.net$``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.config.reader import Reader, as_bool
+from gateway.errors import KeyPath
+
+SERVER_KEYS = ("server_name", "listen", "default_server", "routes")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerName:
+    kind: str  # "exact", "leading" (*.x or .x), "trailing" (x.*), "regex"
+    value: str  # lower case; for leading: ".example.org"; trailing: "www.example."
+    pattern: re.Pattern[str] | None = None
+    also_exact: bool = False  # ".example.org" also names example.org
+
+    def __str__(self) -> str:
+        if self.kind == "regex":
+            return "~" + self.value
+        if self.kind == "leading":
+            return ("" if self.also_exact else "*") + self.value
+        if self.kind == "trailing":
+            return self.value + "*"
+        return self.value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualServerSpec:
+    index: int
+    names: tuple[ServerName, ...]
+    listen: tuple[tuple[str, int], ...]
+    default: bool
+    routes: tuple[Any, ...]  # RouteSpec
+
+    @property
+    def name(self) -> str:
+        """``$server_name``: the first name as written, or empty."""
+        return str(self.names[0]) if self.names else ""
+
+
+_LABELS = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+
+
+def parse_server_name(value: Any) -> ServerName:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a server name such as api.example.com or *.example.org, got {value!r}")
+    text = value.strip()
+    if text.startswith("~"):
+        source = text[1:]
+        try:
+            pattern = re.compile(re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", source), re.IGNORECASE)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression {source!r}: {exc}") from None
+        return ServerName("regex", source, pattern)
+    name = text.lower()
+    if name.startswith("*.") and _LABELS.fullmatch(name[2:]):
+        return ServerName("leading", name[1:])
+    if name.startswith(".") and _LABELS.fullmatch(name[1:]):
+        return ServerName("leading", name, also_exact=True)
+    if name.endswith(".*") and _LABELS.fullmatch(name[:-2]):
+        return ServerName("trailing", name[:-1])
+    if "*" in name:
+        raise ValueError(f'invalid server name "{text}": a wildcard is allowed only as "*.name" or "name.*"')
+    if name and not _LABELS.fullmatch(name.rstrip(".")):
+        raise ValueError(f'invalid server name "{text}"')
+    return ServerName("exact", name.rstrip("."))
+
+
+def parse_servers(
+    r: Reader,
+    value: Any,
+    default_listen: tuple[tuple[str, int], ...],
+    listen_of: Callable[[Any, KeyPath], tuple[tuple[str, int], ...]],
+    routes_of: Callable[[Any, KeyPath], tuple[Any, ...]],
+) -> tuple[VirtualServerSpec, ...]:
+    items = r.sequence(value, ("servers",))
+    if isinstance(value, list) and not items:
+        r.error(("servers",), "at least one server is required")
+    out: list[VirtualServerSpec] = []
+    defaults_at: dict[tuple[str, int], int] = {}
+    for i, item in enumerate(items):
+        path: KeyPath = ("servers", i)
+        data = r.mapping(item, path, SERVER_KEYS, required=("routes",))
+        if data is None:
+            continue
+        names: list[ServerName] = []
+        raw_names = data.get("server_name", [])
+        for j, raw in enumerate(r.sequence(raw_names, path + ("server_name",), allow_scalar=True)):
+            where = path + ("server_name", j) if isinstance(raw_names, list) else path + ("server_name",)
+            try:
+                names.append(parse_server_name(raw))
+            except ValueError as exc:
+                r.error(where, str(exc))
+        listen = listen_of(data["listen"], path + ("listen",)) if "listen" in data else default_listen
+        default = bool(r.field(data, "default_server", path, as_bool, False))
+        if default:
+            for addr in listen:
+                if addr in defaults_at:
+                    r.error(
+                        path + ("default_server",),
+                        f"a duplicate default server for {addr[0]}:{addr[1]} (first at servers[{defaults_at[addr]}])",
+                    )
+                defaults_at.setdefault(addr, i)
+        routes = routes_of(data["routes"], path + ("routes",)) if "routes" in data else ()
+        out.append(VirtualServerSpec(index=i, names=tuple(names), listen=listen, default=default, routes=routes))
+    return tuple(out)
+
+
+def bound_addresses(servers: tuple[VirtualServerSpec, ...]) -> tuple[tuple[str, int], ...]:
+    """Every address to bind, in order; a specific address on a port that a wildcard
+    (0.0.0.0 or ::) of its family already covers is served by that socket, as in nginx."""
+    seen: list[tuple[str, int]] = []
+    for server in servers:
+        for addr in server.listen:
+            if addr not in seen:
+                seen.append(addr)
+    wild = {(wildcard_of(host), port) for host, port in seen if host in ("0.0.0.0", "::")}
+    return tuple(a for a in seen if a[0] in ("0.0.0.0", "::") or (wildcard_of(a[0]), a[1]) not in wild)
+
+
+def wildcard_of(host: str) -> str:
+    return "::" if ":" in host else "0.0.0.0"
