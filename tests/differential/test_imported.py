@@ -9,6 +9,7 @@ same model, the same tolerances: the decisions must be equal.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 from collections.abc import Iterator
