@@ -262,12 +262,7 @@ async def _forward(
         except UpstreamFailure as exc:
             timed_out = exc.timeout
             statuses.append("504" if timed_out else "502")
-            ctx.upstream_addr = peer.address
-            errorlog.request_event("error", ctx, f"{exc} while talking to upstream")
-            if balancer.report(peer, failed=True):
-                errorlog.log.warning(
-                    'upstream server temporarily disabled: %s in upstream "%s"', peer.address, pool.name
-                )
+            exchange_failed(pool, peer, ctx, exc)
             if exc.phase != "connect" and (method in NON_IDEMPOTENT or _consumed(body)):
                 break  # the request may have reached the upstream: replaying it is not safe (or possible)
             continue
@@ -288,6 +283,14 @@ async def _forward(
     if not addrs:
         errorlog.request_event("error", ctx, f'no live upstreams while connecting to upstream "{pool.name}"')
     return responses.error(504 if timed_out else 502, accept)
+
+
+def exchange_failed(pool: UpstreamPool, peer: Peer, ctx: RequestContext, exc: UpstreamFailure) -> None:
+    """Log an exchange that failed and count it against the server (nginx's max_fails)."""
+    ctx.upstream_addr = peer.address
+    errorlog.request_event("error", ctx, f"{exc} while talking to upstream")
+    if pool.balancer.report(peer, failed=True):
+        errorlog.log.warning('upstream server temporarily disabled: %s in upstream "%s"', peer.address, pool.name)
 
 
 def own_host(pool: UpstreamPool, peer: Peer) -> str:

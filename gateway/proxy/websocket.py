@@ -29,7 +29,7 @@ from multidict import CIMultiDict
 
 from gateway import errorlog, responses
 from gateway.context import RequestContext
-from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, relay, response_spool
+from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, exchange_failed, relay, response_spool
 from gateway.proxy.headers import switch_response_headers, upgrade_request_head
 from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure
 from gateway.proxy.rewrite import UpstreamRewrite
@@ -100,12 +100,7 @@ async def forward_websocket(
             # nothing of the client's has been consumed: any server may be tried next
             timed_out = exc.timeout
             statuses.append("504" if timed_out else "502")
-            ctx.upstream_addr = peer.address
-            errorlog.request_event("error", ctx, f"{exc} while talking to upstream")
-            if balancer.report(peer, failed=True):
-                errorlog.log.warning(
-                    'upstream server temporarily disabled: %s in upstream "%s"', peer.address, pool.name
-                )
+            exchange_failed(pool, peer, ctx, exc)
             continue
         balancer.report(peer, failed=False)
         statuses.append(str(answer.status))
