@@ -112,6 +112,7 @@ def request_head(
     content_length: int | None,
     chunked: bool,
     set_fields: SetFields | None = None,
+    upgrade: bool = False,
 ) -> bytes:
     """The request head for the upstream, as bytes, in one pass over the client's headers.
 
@@ -120,6 +121,10 @@ def request_head(
     header named in ``Connection`` can remove framing or Host (request smuggling).
     Header bytes go out exactly as they came in (aiohttp decodes them as UTF-8 with
     surrogate escapes; the same codec turns them back into the original bytes).
+
+    ``upgrade``: a WebSocket handshake, as nginx sends it with ``proxy_set_header Upgrade
+    websocket`` and ``proxy_set_header Connection upgrade`` (the client's Sec-WebSocket-*
+    pass as they are); it has no body.
     """
     fields = _upstream_fields(
         incoming,
@@ -132,42 +137,13 @@ def request_head(
         host_override=host_override,
         set_fields=set_fields,
     )
-    if chunked:
+    if upgrade:
+        fields.append(("Connection", "upgrade"))
+        fields.append(("Upgrade", "websocket"))
+    elif chunked:
         fields.append(("Transfer-Encoding", "chunked"))
     elif content_length is not None:
         fields.append(("Content-Length", str(content_length)))
-    return _head_bytes(method, target, fields)
-
-
-def upgrade_request_head(
-    method: str,
-    target: str,
-    incoming: CIMultiDictProxy[str],
-    *,
-    peer_ip: str,
-    client_ip: str,
-    trusted_peer: bool,
-    scheme: str,
-    host_override: str | None,
-    set_fields: SetFields | None = None,
-) -> bytes:
-    """A WebSocket handshake for the upstream, as nginx sends it with ``proxy_set_header
-    Upgrade websocket`` and ``proxy_set_header Connection upgrade``: the client's headers
-    (its Sec-WebSocket-* as they are) with the forwarding headers, then our ``Connection``
-    and ``Upgrade``. It has no body; the client's framing headers are dropped."""
-    fields = _upstream_fields(
-        incoming,
-        _CONTENT_LENGTH,
-        connection_tokens(incoming) - _FRAMING,
-        peer_ip=peer_ip,
-        client_ip=client_ip,
-        trusted_peer=trusted_peer,
-        scheme=scheme,
-        host_override=host_override,
-        set_fields=set_fields,
-    )
-    fields.append(("Connection", "upgrade"))
-    fields.append(("Upgrade", "websocket"))
     return _head_bytes(method, target, fields)
 
 

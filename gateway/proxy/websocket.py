@@ -30,7 +30,7 @@ from multidict import CIMultiDict
 from gateway import errorlog, responses
 from gateway.context import RequestContext
 from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, exchange_failed, relay, response_spool
-from gateway.proxy.headers import switch_response_headers, upgrade_request_head
+from gateway.proxy.headers import request_head, switch_response_headers
 from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure
 from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy
@@ -69,7 +69,7 @@ async def forward_websocket(
         refused.force_close()  # the body was not read
         return refused
     target, set_fields = (ctx.raw_target, None) if rewrite is None else rewrite.apply(ctx)
-    head = upgrade_request_head(
+    head = request_head(
         ctx.method,
         target,
         ctx.headers,
@@ -78,7 +78,10 @@ async def forward_websocket(
         trusted_peer=trusted_peer,
         scheme=ctx.scheme,
         host_override=pool.spec.host or ctx.upstream_host,
+        content_length=None,
+        chunked=False,
         set_fields=set_fields,
+        upgrade=True,
     )
     balancer = pool.balancer
     tried: set[int] = set()
