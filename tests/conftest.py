@@ -73,13 +73,24 @@ def gateway_factory(tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
         port: int | None = None,
         start: bool = True,
     ) -> Gateway:
-        port = port or free_port()
-        text = config(port) if callable(config) else config
-        workdir = tmp_path / f"gw{len(started)}"
-        workdir.mkdir()
-        gw = Gateway(workdir, text, port, extra_args=extra_args, env=env)
-        started.append(gw)
-        return gw.start() if start else gw
+        chosen = port
+        for attempt in range(2):
+            port = chosen or free_port()
+            text = config(port) if callable(config) else config
+            workdir = tmp_path / f"gw{len(started)}"
+            workdir.mkdir()
+            gw = Gateway(workdir, text, port, extra_args=extra_args, env=env)
+            started.append(gw)
+            if not start:
+                return gw
+            try:
+                return gw.start()
+            except RuntimeError as exc:
+                # A free port can be taken by someone else before the gateway binds it: with
+                # a port of our choosing (a config built from it), try once more on another.
+                if attempt or chosen or not callable(config) or "Address already in use" not in str(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     yield make
     for gw in started:
