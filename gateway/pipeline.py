@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -51,7 +52,7 @@ class Pipeline:
         ctx = RequestContext(request, time.monotonic(), peer, "http", sockname[1] if sockname else 0)
         request[CTX_KEY] = ctx
         try:
-            response = await self._handle(request, ctx, config, pools)
+            response = await self._handle(request, ctx, config, pools, sockname)
             route = ctx.route
             if route is not None and route.add_header and not response.prepared:  # the gateway's own answer
                 add_headers(response.headers, route.add_header, response.status, ctx)
@@ -70,7 +71,12 @@ class Pipeline:
             return web.Response(status=499)
 
     async def _handle(
-        self, request: web.BaseRequest, ctx: RequestContext, config: CompiledConfig, pools: dict[str, UpstreamPool]
+        self,
+        request: web.BaseRequest,
+        ctx: RequestContext,
+        config: CompiledConfig,
+        pools: dict[str, UpstreamPool],
+        sockname: Any,
     ) -> web.StreamResponse:
         accept = request.headers.get("Accept", "")
         refused = unsupported_version(request) or (400 if ctx.method == "CONNECT" else 0)
@@ -84,7 +90,6 @@ class Pipeline:
         # 2. virtual server, then route
         server = config.single
         if server is None:
-            sockname = request.transport.get_extra_info("sockname") if request.transport else None
             server = config.vhosts.find((sockname[0], sockname[1]) if sockname else None, ctx.host)
         ctx.server = server
         try:
@@ -147,14 +152,14 @@ class Pipeline:
         pool: UpstreamPool,
     ) -> web.StreamResponse:
         trusted_peer = bool(config.realip.trusted) and ctx.peer in config.realip.trusted
+        extra = self.limiter.headers(admission) if admission is not None else ()
         if is_websocket_upgrade(request.headers):
-            ws_extra = self.limiter.headers(admission) if admission is not None else ()
             try:
                 return await forward_websocket(
                     request,
                     ctx,
                     pool,
-                    ws_extra,
+                    extra,
                     trusted_peer=trusted_peer,
                     buffers=route.buffers,
                     rewrite=route.rewrite,
@@ -166,7 +171,6 @@ class Pipeline:
                     ctx.logged = True
                     self.access_log.write(ctx, request, None, time.monotonic() - ctx.started)
                 raise
-        extra = self.limiter.headers(admission) if admission is not None else ()
         return await forward_http(
             request,
             ctx,
