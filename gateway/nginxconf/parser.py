@@ -90,7 +90,12 @@ class _Lexer:
                 self._word()
         return self.tokens
 
-    def _unescape(self, nxt: str) -> str:
+    def _escaped(self) -> str:
+        """The character after the backslash at ``pos``, unescaped as nginx does; moves past both."""
+        nxt = self.text[self.pos + 1]
+        if nxt == "\n":
+            self.line += 1
+        self.pos += 2
         return _UNESCAPE.get(nxt, "\\" + nxt)
 
     def _quoted(self, quote: str) -> None:
@@ -103,11 +108,7 @@ class _Lexer:
                 raise ParseError(self.file, start_line, "unexpected end of file, expecting a closing quote")
             ch = text[self.pos]
             if ch == "\\" and self.pos + 1 < n:
-                nxt = text[self.pos + 1]
-                if nxt == "\n":
-                    self.line += 1
-                out.append(self._unescape(nxt))
-                self.pos += 2
+                out.append(self._escaped())
                 continue
             if ch == quote:
                 self.pos += 1
@@ -126,11 +127,7 @@ class _Lexer:
         while self.pos < n:
             ch = text[self.pos]
             if ch == "\\" and self.pos + 1 < n:
-                nxt = text[self.pos + 1]
-                if nxt == "\n":
-                    self.line += 1
-                out.append(self._unescape(nxt))
-                self.pos += 2
+                out.append(self._escaped())
                 continue
             if ch == "{" and out and out[-1].endswith("$"):
                 end = text.find("}", self.pos)
