@@ -474,3 +474,20 @@ class RawUpstream:
                     body
                 )
                 conn.sendall(head_bytes if method == "HEAD" else head_bytes + body)
+
+
+def cli(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``gateway ARGS...`` as an operator runs it, from the checkout; its output as text."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        input=stdin,
+        env=full_env,
+        timeout=timeout,
+    )

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 
 import aiohttp
 
-from tests.helpers import ROOT, Upstream, free_port
+from tests.helpers import Upstream, cli, free_port
 
 
 def config(upstream: Upstream, admin_port: int, extra: str = "") -> object:
@@ -28,10 +26,6 @@ routes:
 """
 
     return build
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 async def status(url: str) -> int:

@@ -8,12 +8,11 @@ per-test ``XDG_RUNTIME_DIR`` (or ``TMPDIR``) so tests never share it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
 import stat
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +22,10 @@ import aiohttp
 import pytest
 
 from gateway import admin_token
-from tests.helpers import ROOT, Upstream, free_port
+from tests.helpers import Upstream, free_port
+from tests.helpers import cli as _cli
+
+cli = functools.partial(_cli, timeout=20)  # a hung CLI fails these tests after 20 s
 
 TOKEN = "s3cret"
 ROUTES = "upstreams:\n  app: {servers: [127.0.0.1:9]}\nroutes:\n  - {location: /, upstream: app}\n"
@@ -43,19 +45,6 @@ routes:
 """
 
     return build
-
-
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 20) -> subprocess.CompletedProcess[str]:
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=full_env,
-        timeout=timeout,
-    )
 
 
 def runtime_env(tmp_path: Path) -> dict[str, str]:

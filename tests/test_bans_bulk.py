@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.helpers import ROOT, Upstream, free_port
+from tests.helpers import Upstream, cli, free_port
 
 TOKEN = "bulk-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
@@ -32,12 +30,6 @@ routes:
 """
 
     return build
-
-
-def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, cwd=ROOT, input=stdin, timeout=60
-    )
 
 
 async def call(method: str, url: str, body: Any = None) -> tuple[int, Any, dict[str, str]]:

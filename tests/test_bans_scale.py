@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,7 +16,7 @@ import pytest
 from gateway.ban_redis import RedisBans
 from gateway.banlist import Ban, BanList, epoch_ms
 from tests.ban_lists import FREE_V4, FREE_V6, mixed_blocklist, samples
-from tests.helpers import ROOT, Upstream, free_port
+from tests.helpers import Upstream, cli, free_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -46,12 +44,6 @@ routes:
 """
 
     return build
-
-
-def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, cwd=ROOT, input=stdin, timeout=60
-    )
 
 
 async def node_status(session: aiohttp.ClientSession, admin_port: int) -> dict[str, Any]:
