@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 
 from gateway import errorlog
 from gateway.background import spawn
-from gateway.banlist import Ban, BanList, epoch_ms, run_expiry
+from gateway.banlist import Ban, BanList, run_expiry
+from gateway.clock import epoch_ms
 
 T = TypeVar("T")
 

@@ -15,20 +15,16 @@ import ipaddress
 import json
 import socket
 import sys
-import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from gateway.clock import epoch_ms
 from gateway.realip import ClientAddr
 
 FREEZE_EVERY = 5000
 _BITS = {4: 32, 6: 128}
 _QUOTE = json.encoder.encode_basestring_ascii  # a str as a JSON string (C, no call overhead)
 _FAMILY = {4: socket.AF_INET, 6: socket.AF_INET6}
-
-
-def epoch_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Ban(NamedTuple):

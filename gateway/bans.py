@@ -21,7 +21,8 @@ from typing import Any
 
 from gateway.background import spawn
 from gateway.ban_redis import _DELETE_IF_UNCHANGED, RedisBans
-from gateway.banlist import Ban, BanList, canonical_target, epoch_ms, run_expiry
+from gateway.banlist import Ban, BanList, canonical_target, run_expiry
+from gateway.clock import epoch_ms
 
 __all__ = [
     "_DELETE_IF_UNCHANGED",

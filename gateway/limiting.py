@@ -38,16 +38,20 @@ whole number is a 400.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway import errorlog, responses
+from gateway.activity import Activity
 from gateway.context import RequestContext
 from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
 from gateway.limits.conn import ConnDecision
+from gateway.metrics import stats as m
 from gateway.plan import AlgoLimit, ReqLimit, RoutePlan
 from gateway.store.base import Store, Verdict
 
@@ -95,15 +99,19 @@ class Admission:
     conn_keys: list[bytes] = field(default_factory=list)
     items: list[str] = field(default_factory=list)  # RateLimit field items
     bypassed: bool = False  # the store was unavailable and on_error let the request through
+    conn_zones: tuple[str, ...] = ()  # the limit_conn zones whose slots this request holds (metrics)
+    delayed_by: str = ""  # the zone whose delay the request waits out (its limit_req zone first)
 
 
 class Limiter:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, activity: Activity | None = None) -> None:
         self.store = store
+        self.activity = activity  # the status page's counts (gateway/activity.py)
         # What to do when the shared store cannot answer: "allow" or "deny". (A Redis
         # store with on_error: local falls back to its embedded store by itself.)
-        self.on_error = getattr(getattr(store, "spec", None), "on_error", "allow")
+        self.on_error = store.on_error
         self._last_outage_log = 0.0
+        self.stats = m.STATS
 
     async def admit(self, route: RoutePlan, ctx: RequestContext) -> Admission:
         """Evaluate limit_req and limit_count (and limit_conn when there is no delay)."""
@@ -124,6 +132,7 @@ class Limiter:
         accept = ctx.headers.get("Accept", "")
         retry_after = 0
         status = 0
+        rejected_by: tuple[str, bytes] | None = None  # the zone that refused it, and its key there
         req = verdict.req
         # A count rejection (outside dry run) drops this request's limit_req accounting:
         # it is then neither delayed nor reported as passed.
@@ -132,11 +141,14 @@ class Limiter:
             if req.rc >= nginx_req.BUSY:
                 limit = route.limit_req[req.index]
                 ctx.limit_req_status = REJECTED_DRY_RUN if dry else REJECTED
+                outcome = m.BANNED if req.rc == nginx_req.FORBIDDEN else m.REJECTED_DRY_RUN if dry else m.REJECTED
+                limit.counts[outcome] += 1
                 retry_after = self._req_rejection(ctx, route, limit, req, verdict.now_ms)
                 if route.ratelimit_headers:
                     admission.items.append(f'"{limit.zone}";r=0;t={retry_after}')
                 if not dry:
                     status = route.limit_req_status
+                    rejected_by = (limit.zone, req_keys[req.index])
             elif not count_stops:
                 self._req_items(admission, route, req)
                 if req.delay_ms:
@@ -149,15 +161,21 @@ class Limiter:
                         f'by zone "{limit.zone}"',
                     )
                     ctx.limit_req_status = DELAYED_DRY_RUN if dry else DELAYED
+                    self._passed(route.limit_req, req.excesses, req.index)
+                    limit.counts[m.DELAYED_DRY_RUN if dry else m.DELAYED] += 1
                     if not dry:
                         admission.delay_s = req.delay_ms / 1000
+                        admission.delayed_by = limit.zone
+                        self.stats.delay(limit.zone, admission.delay_s)
                 else:
                     ctx.limit_req_status = PASSED
+                    self._passed(route.limit_req, req.excesses, -1)
         if route.limit_count and not status:
             rejected = verdict.count_rejected
             if rejected >= 0:
                 count_limit = route.limit_count[rejected]
                 ctx.limit_count_status = REJECTED_DRY_RUN if dry else REJECTED
+                count_limit.counts[m.REJECTED_DRY_RUN if dry else m.REJECTED] += 1
                 reset_ms = verdict.count_reset_ms[rejected] or 0
                 errorlog.request_event(
                     route.limit_req_log_level,
@@ -168,17 +186,27 @@ class Limiter:
                 retry_after = max(retry_after, _ceil_div(reset_ms, 1000))
                 if not dry:
                     status = route.limit_count_status
+                    rejected_by = (count_limit.zone, count_keys[rejected])
             elif any(used is not None for used in verdict.count_used):
                 ctx.limit_count_status = PASSED
+                self._passed(route.limit_count, verdict.count_used, -1)
             self._count_items(admission, route, verdict)
         if route.limit_algo and not status:
             status, retry_after = self._algo_outcome(ctx, admission, verdict, retry_after)
+            if status:
+                rejected_by = (route.limit_algo[verdict.algo_rejected].zone, algo[verdict.algo_rejected][0])
         if verdict.conn is not None:
             admission.conn = verdict.conn
             if not status:
                 status, retry_after = self._conn_outcome(ctx, admission, verdict.conn, retry_after)
+                if status:
+                    rejected_by = (route.limit_conn[verdict.conn.rejected].zone, conn_keys[verdict.conn.rejected])
         if status:
             admission.response = self._reject(route, status, retry_after, accept, admission)
+        if self.activity is not None:
+            self.activity.decided(
+                route, rejected_by, admission.delayed_by, req_keys, count_keys, conn_keys, algo, ctx.client
+            )
         return admission
 
     async def take_conn(self, admission: Admission, ctx: RequestContext) -> None:
@@ -195,12 +223,27 @@ class Limiter:
             return
         admission.conn = decision
         status, retry_after = self._conn_outcome(ctx, admission, decision, 0)
+        if status and self.activity is not None:  # after a delay: counted delayed, now also rejected
+            self.activity.reject(
+                route.limit_conn[decision.rejected].zone, admission.conn_keys[decision.rejected], ctx.client
+            )
         if status:
             admission.response = self._reject(route, status, retry_after, ctx.headers.get("Accept", ""), admission)
 
     def finish(self, admission: Admission) -> None:
         if admission.conn is not None and admission.conn.taken:
             self.store.release(admission.route, admission.conn)
+        if admission.conn_zones:
+            self.stats.conn_taken(admission.conn_zones, -1)
+            admission.conn_zones = ()
+
+    @staticmethod
+    def _passed(limits: Sequence[Any], applied: Sequence[Any], skip: int) -> None:
+        """Every zone that counted the request (and did not decide otherwise) passed it."""
+        n = len(applied)
+        for i, limit in enumerate(limits):
+            if i < n and applied[i] is not None and i != skip:
+                limit.counts[m.PASSED] += 1
 
     def headers(self, admission: Admission) -> list[tuple[str, str]]:
         route = admission.route
@@ -279,6 +322,7 @@ class Limiter:
             outcome = verdict.algo[rejected]
             assert outcome is not None
             setattr(ctx, f"limit_{limit.type}_status", REJECTED_DRY_RUN if dry else REJECTED)
+            limit.counts[m.REJECTED_DRY_RUN if dry else m.REJECTED] += 1
             errorlog.request_event(
                 route.limit_req_log_level,
                 ctx,
@@ -301,10 +345,15 @@ class Limiter:
                     f'by zone "{limit.zone}"',
                 )
                 setattr(ctx, name, DELAYED_DRY_RUN if dry else DELAYED)
+                limit.counts[m.DELAYED_DRY_RUN if dry else m.DELAYED] += 1
                 if not dry:
                     admission.delay_s = max(admission.delay_s, maybe.delay_ms / 1000)
-            elif not getattr(ctx, name):
-                setattr(ctx, name, PASSED)
+                    admission.delayed_by = admission.delayed_by or limit.zone
+                    self.stats.delay(limit.zone, maybe.delay_ms / 1000)
+            else:
+                limit.counts[m.PASSED] += 1
+                if not getattr(ctx, name):
+                    setattr(ctx, name, PASSED)
         if route.ratelimit_headers:
             for limit, maybe in zip(route.limit_algo, verdict.algo, strict=False):
                 if maybe is not None:
@@ -319,6 +368,7 @@ class Limiter:
         if decision.rejected >= 0:
             limit = route.limit_conn[decision.rejected]
             ctx.limit_conn_status = REJECTED_DRY_RUN if dry else REJECTED
+            limit.counts[m.REJECTED_DRY_RUN if dry else m.REJECTED] += 1
             if decision.zone_full:
                 errorlog.request_event("alert", ctx, f'limit_conn zone "{limit.zone}" is full')
             else:
@@ -332,6 +382,13 @@ class Limiter:
             return 0, retry_after
         if decision.applied:
             ctx.limit_conn_status = PASSED
+            self._passed(route.limit_conn, decision.counts, -1)
+            if decision.taken:
+                counts = decision.counts
+                admission.conn_zones = tuple(
+                    limit.zone for limit, count in zip(route.limit_conn, counts, strict=True) if count is not None
+                )
+                self.stats.conn_taken(admission.conn_zones, 1)
         if route.ratelimit_headers:
             for limit, count in zip(route.limit_conn, decision.counts, strict=True):
                 if count is not None:

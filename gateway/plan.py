@@ -13,7 +13,8 @@ route switches inherited limits off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.addheader import AddedHeader
@@ -32,11 +33,13 @@ from gateway.keys import KeyFn, compile_key
 from gateway.limits.gcra import GcraParams
 from gateway.limits.sliding_log import LogParams
 from gateway.limits.token import TokenParams
+from gateway.metrics.stats import STATS, new_slots
 from gateway.proxy.headers import SetFields
 from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy
 from gateway.realip import Network, RealIp
 from gateway.routing import Location, LocationTable
+from gateway.tls import SniTable, sni_tables
 from gateway.valuetemplate import ValueFn, ValueTemplate, compile_value
 from gateway.vhosts import ServerTable
 
@@ -60,6 +63,7 @@ class ReqLimit:
     ban_ms: int
     window_s: int  # 1 for r/s, 60 for r/m (for RateLimit-Policy)
     rate_count: int  # N of "Nr/s"
+    counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)  # decisions (metrics)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +73,7 @@ class CountLimit:
     limit: int
     window_ms: int
     sliding: bool = False  # APISIX's sliding window estimate instead of a fixed window
+    counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +81,7 @@ class ConnLimit:
     zone: str
     key: KeyFn
     max: int
+    counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +98,7 @@ class AlgoLimit:
     cost: int  # units per request when cost_key is None
     token_period_s: int
     cost_key: KeyFn | None  # the cost from a variable (a request without a valid one gets a 400)
+    counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)
 
     @property
     def policy_item(self) -> str:
@@ -188,6 +195,7 @@ class RoutePlan:
     rewrite: UpstreamRewrite | None = None  # uri and proxy_set_header (None: neither)
     add_header: tuple[AddedHeader, ...] = ()
     ret: ReturnPlan | None = None
+    label: str = ""  # the route label of the metrics (its location, as written)
 
     @property
     def has_limits(self) -> bool:
@@ -214,6 +222,7 @@ class CompiledConfig:
     realip: RealIp
     allow: CidrSet  # access.allow and allow_file: one set probe per prefix length, like the bans
     deny: CidrSet
+    tls: Mapping[tuple[str, int], SniTable]  # each TLS address's certificates, by SNI name
 
 
 def _pick(route: RouteSettings, defaults: RouteSettings, name: str, fallback: object) -> object:
@@ -244,6 +253,7 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
         realip=RealIp(spec.real_ip.trusted, spec.real_ip.header, spec.real_ip.recursive),
         allow=_cidr_set(spec.access.allow, spec.access.allow_from_file),
         deny=_cidr_set(spec.access.deny, spec.access.deny_from_file),
+        tls=sni_tables(spec),
     )
 
 
@@ -266,10 +276,13 @@ def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -
             limit=zones[z].limit,
             window_ms=zones[z].window_ms,
             sliding=zones[z].window_type == "sliding",
+            counts=STATS.slots(z, "limit_count"),
         )
         for z in all_count
     )
-    conn_limits = tuple(ConnLimit(zone=z, key=key_fns[z], max=m) for z, m in all_conn)
+    conn_limits = tuple(
+        ConnLimit(zone=z, key=key_fns[z], max=m, counts=STATS.slots(z, "limit_conn")) for z, m in all_conn
+    )
     algo_limits = tuple(_algo(zones[u.zone], key_fns[u.zone], u) for u in uses if u.type in ALGO_TYPES)
     return RoutePlan(
         index=route.index,
@@ -296,6 +309,7 @@ def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -
             for a in (s.add_header if s.add_header is not None else (d.add_header or ()))
         ),
         ret=_return(route.ret),
+        label=str(route.location),
     )
 
 
@@ -348,6 +362,7 @@ def _algo(zone: ZoneSpec, key: KeyFn, use: LimitUseSpec) -> AlgoLimit:
         log=LogParams(limit=zone.limit, window_ms=zone.window_ms) if zone.type == "sliding_log" else None,
         cost=use.cost if use.cost is not None else zone.cost,
         cost_key=compile_key(cost_var, max_key=64) if cost_var is not None else None,
+        counts=STATS.slots(zone.name, "limit_" + zone.type),
     )
 
 
@@ -364,4 +379,5 @@ def _req(zone: ZoneSpec, key: KeyFn, burst: int, delay: int, nodelay: bool) -> R
         ban_ms=zone.ban_s * 1000,
         window_s=zone.rate.scale,
         rate_count=zone.rate.count,
+        counts=STATS.slots(zone.name, "limit_req"),
     )

@@ -100,3 +100,19 @@ def test_limit_conn_script_leases(client, shas):
     assert client.evalsha(sha, 1, key, 2, t, 30000, "c") == [1, 2]
     # leases that ran out (a dead node's) no longer count
     assert client.evalsha(sha, 1, key, 2, t + 30001, 30000, "d") == [1, 1]
+
+
+def test_limit_conn_prunes_only_when_full_and_sets_expiry_on_a_new_set(client, shas):
+    key = f"n{uuid.uuid4().hex}"
+    sha = shas["limit_conn.lua"]
+    t = 1_700_000_000_000
+    assert client.evalsha(sha, 1, key, 3, t, 30000, "a") == [1, 1]
+    assert 59_000 < client.pttl(key) <= 60_000  # a new set expires after two leases
+    client.pexpire(key, 45_000)
+    assert client.evalsha(sha, 1, key, 3, t + 30001, 30000, "b") == [1, 2]  # not full: "a" is not looked at
+    assert client.pttl(key) <= 45_000  # an existing set keeps its expiry (renewals push it)
+    assert client.evalsha(sha, 1, key, 3, t + 30001, 30000, "c") == [1, 3]
+    # full: the lease that ran out ("a") is dropped, and the request is let in
+    assert client.evalsha(sha, 1, key, 3, t + 30001, 30000, "d") == [1, 3]
+    assert client.zscore(key, "a") is None
+    assert client.evalsha(sha, 1, key, 3, t + 30001, 30000, "e") == [0, 3]

@@ -212,3 +212,16 @@ async def test_expired_bans_are_deleted_only_if_unchanged(redis_server):
     client.eval(_DELETE_IF_UNCHANGED, 1, "bans", "a", "old", "b", "old")
     assert client.hgetall("bans") == {b"b": b"new"}
     client.close()
+
+
+async def test_a_slot_taken_by_the_local_fallback_is_given_back_to_it(redis_server):
+    store = await open_store(redis_server.url, on_error="local")
+    try:
+        redis_server.kill()
+        route = store.routes["/c"]  # type: ignore[attr-defined]
+        for _ in range(3):  # max 1: each request gets the slot the previous one gave back
+            verdict = await admit(store, b"u", "/c")
+            assert verdict.conn is not None and verdict.conn.rejected == -1 and verdict.conn.taken
+            store.release(route, verdict.conn)
+    finally:
+        await store.close()

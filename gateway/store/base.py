@@ -17,7 +17,7 @@ the request through.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,7 +25,6 @@ from gateway.config.schema import ZoneSpec
 from gateway.limits.conn import ConnDecision
 from gateway.limits.nginx_req import ReqDecision
 from gateway.limits.outcome import AlgoOutcome
-from gateway.plan import RoutePlan
 
 
 class LimitSet(Protocol):
@@ -58,25 +57,46 @@ class Verdict:
 AlgoUse = tuple[bytes, int]  # one limit_algo zone for one request: (key, cost)
 
 
+BanSink = Callable[[list[Any], list[str], int], None]  # (bans added, targets removed, part)
+
+
 class Store(Protocol):
-    kind: str
+    kind: str  # "memory", "shared" or "redis": what /status reports
+
+    @property
+    def on_error(self) -> str:
+        """What a StoreUnavailable from this store means for the request: "allow" or "deny"
+        ("local": the store falls back to its embedded state by itself, so it never raises)."""
+        ...
 
     def configure(self, zones: Mapping[str, ZoneSpec]) -> None:
         """Create, keep or resize zones for a (re)loaded configuration."""
         ...
 
+    async def start(self) -> None:
+        """Connect (a store that cannot yet reach its backend applies ``on_error``, it does not fail)."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """What /status reports about the store, beyond its ``kind``."""
+        ...
+
+    def deliver_bans(self, sink: BanSink) -> bool:
+        """Hand ban changes pushed through this store to ``sink``; False if it pushes none."""
+        ...
+
     async def admit(
         self,
-        route: RoutePlan,
+        route: LimitSet,
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
         algo: Sequence[AlgoUse] = (),
     ) -> Verdict: ...
 
-    async def acquire_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision: ...
+    async def acquire_conn(self, route: LimitSet, conn_keys: Sequence[bytes]) -> ConnDecision: ...
 
-    def release(self, route: RoutePlan, decision: ConnDecision) -> None:
+    def release(self, route: LimitSet, decision: ConnDecision) -> None:
         """Give back the slots of a finished request (never blocks, never raises)."""
         ...
 

@@ -4,8 +4,9 @@ The scripts are package data: they are read with importlib.resources, so an edit
 install, a wheel in site-packages and a zip import all find them the same way.
 
 A line ``--#include other.lua`` is replaced by the part of ``other.lua`` above its
-``--#entry`` line (its functions), so the per-key arithmetic is written once and the
-standalone scripts stay loadable as they are, by OpenResty nodes too.
+``--#entry`` line (its functions, with its own includes resolved; each file once), so
+the per-key arithmetic is written once and the standalone scripts stay loadable as they
+are, by OpenResty nodes too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gateway.errors import GatewayError
 PACKAGE = "gateway.lua"
 ENTRY = "--#entry"
 INCLUDE = "--#include "
-SCRIPTS = ("request.lua", "undo.lua")  # the ones the store sends to Redis
+SCRIPTS = ("batch.lua", "undo.lua")  # the ones the store sends to Redis
 
 
 class ScriptsMissing(GatewayError):
@@ -39,15 +40,22 @@ def read(name: str) -> str:
 
 @cache
 def source(name: str) -> str:
-    """The script as sent to Redis, with includes resolved."""
+    """The script as sent to Redis, with includes resolved (each file once, includes of includes too)."""
+    return _resolve(read(name), set()) + "\n"
+
+
+def _resolve(text: str, seen: set[str]) -> str:
     lines = []
-    for line in read(name).splitlines():
+    for line in text.splitlines():
         if line.startswith(INCLUDE):
-            library = read(line[len(INCLUDE) :].strip()).split(ENTRY, 1)[0]
-            lines.append(library.rstrip())
+            included = line[len(INCLUDE) :].strip()
+            if included not in seen:
+                seen.add(included)
+                library = read(included).split(ENTRY, 1)[0]
+                lines.append(_resolve(library, seen).rstrip())
         else:
             lines.append(line)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 @cache

@@ -25,11 +25,11 @@ Everything here is synchronous; inside one event loop a decision is atomic.
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gateway.clock import monotonic_ms
 from gateway.config.schema import ZoneSpec
 from gateway.limits import conn as conn_logic
 from gateway.limits import count as count_logic
@@ -44,10 +44,6 @@ from gateway.store.base import AlgoUse, LimitSet, Verdict
 ENTRY_COST = 192
 # One entry of a sliding_log: a tuple slot (8 bytes) and an int object (32 bytes).
 LOG_ENTRY_COST = 40
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class _LruZone:
@@ -310,6 +306,7 @@ class MemoryStore:
     """Limit state for one process (one node when the gateway runs one worker)."""
 
     kind = "memory"
+    on_error = "allow"  # never raised: the state is here
 
     def __init__(self, clock_ms: Callable[[], int] = monotonic_ms) -> None:
         self.clock_ms = clock_ms
@@ -329,6 +326,21 @@ class MemoryStore:
                 fresh[name] = _KINDS[spec.type](spec)
         self.zones = fresh
         self._tables.clear()
+
+    async def start(self) -> None:
+        """Nothing to connect to."""
+
+    def status(self) -> dict[str, Any]:
+        if not self.zones:
+            return {}
+        zones = {
+            name: {"type": zone.kind, "keys": len(zone), "bytes": zone.used, "size": zone.size}
+            for name, zone in self.zones.items()
+        }
+        return {"zones": zones}
+
+    def deliver_bans(self, sink: Any) -> bool:
+        return False
 
     def _route_tables(self, route: LimitSet) -> _Tables:
         cached = self._tables.get(id(route))

@@ -38,8 +38,9 @@ from gateway.limits.conn import ConnDecision
 from gateway.limits.gcra import GcraParams
 from gateway.limits.nginx_req import ReqDecision
 from gateway.limits.outcome import AlgoOutcome
-from gateway.plan import RoutePlan
-from gateway.store.base import AlgoUse, Verdict
+from gateway.limits.sliding_log import LogParams
+from gateway.limits.token import TokenParams
+from gateway.store.base import AlgoUse, LimitSet, Verdict
 from gateway.store.memory import MemoryStore
 
 DEFINE, ADMIT, CONN, RELEASE = 1, 2, 3, 4
@@ -80,6 +81,9 @@ class _Algo:
     zone: str
     type: str
     gcra: GcraParams | None
+    log: LogParams | None = None  # sliding_log
+    token: TokenParams | None = None  # token
+    rate_text: str = ""  # token: "5r/s" (the limit its headers report)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +95,23 @@ class _Limits:
     limit_algo: tuple[_Algo, ...] = ()
 
 
-def describe(route: RoutePlan) -> tuple[Any, ...]:
+def describe(route: LimitSet) -> tuple[Any, ...]:
     return (
         tuple((r.zone, r.rate_m, r.burst_m, r.delay_m, r.ban_ms) for r in route.limit_req),
         tuple((c.zone, c.limit, c.window_ms, c.sliding) for c in route.limit_count),
         tuple((c.zone, c.max) for c in route.limit_conn),
         route.dry_run,
-        tuple((a.zone, a.type, _gcra_params(a.gcra)) for a in route.limit_algo),
+        tuple(
+            (
+                a.zone,
+                a.type,
+                _gcra_params(a.gcra),
+                None if a.log is None else (a.log.limit, a.log.window_ms),
+                None if a.token is None else (a.token.stable_us, a.token.warmup_us, a.token.max_delay_us),
+                a.rate_text,
+            )
+            for a in route.limit_algo
+        ),
     )
 
 
@@ -112,7 +126,17 @@ def _limits(description: tuple[Any, ...]) -> _Limits:
         limit_count=tuple(_Count(*c) for c in count),
         limit_conn=tuple(_Conn(*c) for c in conn),
         dry_run=bool(dry),
-        limit_algo=tuple(_Algo(zone, kind, GcraParams(*g) if g else None) for zone, kind, g in algo),
+        limit_algo=tuple(
+            _Algo(
+                zone,
+                kind,
+                GcraParams(*g) if g else None,
+                LogParams(*log) if log else None,
+                TokenParams(*tok) if tok else None,
+                rate_text,
+            )
+            for zone, kind, g, log, tok, rate_text in algo
+        ),
     )
 
 
@@ -253,6 +277,7 @@ class SharedStoreClient:
     """The Store a worker uses when the master owns the node's embedded store."""
 
     kind = "shared"
+    on_error = "allow"  # the master's store did not answer in time: let the request through
 
     def __init__(self, path: str, timeout: float = 1.0) -> None:
         self.path = path
@@ -260,7 +285,7 @@ class SharedStoreClient:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._routes: dict[int, tuple[RoutePlan, int]] = {}
+        self._routes: dict[int, tuple[LimitSet, int]] = {}
         self._next_id = 1
         self._reader_task: asyncio.Task[None] | None = None
         self._reconnect_task: asyncio.Task[None] | None = None
@@ -270,6 +295,14 @@ class SharedStoreClient:
 
     def configure(self, zones: Any) -> None:
         """Zones live in the master, which reloads before it signals the workers."""
+
+    def status(self) -> dict[str, Any]:
+        return {}  # the zones are the master's
+
+    def deliver_bans(self, sink: Callable[[list[Ban], list[str], int], None]) -> bool:
+        """The master pushes its ban changes to each worker along the store's socket."""
+        self.on_bans = sink
+        return True
 
     async def start(self, wait: float = 10.0) -> None:
         deadline = asyncio.get_running_loop().time() + wait
@@ -335,7 +368,7 @@ class SharedStoreClient:
             self._reader_task = asyncio.ensure_future(self._read_replies())
             return
 
-    def _route_id(self, route: RoutePlan) -> int:
+    def _route_id(self, route: LimitSet) -> int:
         known = self._routes.get(id(route))
         if known is not None and known[0] is route:
             return known[1]
@@ -375,7 +408,7 @@ class SharedStoreClient:
 
     async def admit(
         self,
-        route: RoutePlan,
+        route: LimitSet,
         req_keys: Sequence[bytes],
         count_keys: Sequence[bytes],
         conn_keys: Sequence[bytes],
@@ -399,7 +432,7 @@ class SharedStoreClient:
         verdict.conn = self._conn(conn_t)
         return verdict
 
-    async def acquire_conn(self, route: RoutePlan, conn_keys: Sequence[bytes]) -> ConnDecision:
+    async def acquire_conn(self, route: LimitSet, conn_keys: Sequence[bytes]) -> ConnDecision:
         desc = self._route_id(route)
         decision = self._conn(await self._call((CONN, self._request_id(), desc, list(conn_keys))))
         assert decision is not None
@@ -411,7 +444,7 @@ class SharedStoreClient:
         rejected, zone_full, counts, lease = conn_t
         return ConnDecision(rejected, zone_full, counts, [(self, lease)] if lease else [])
 
-    def release(self, route: RoutePlan, decision: ConnDecision) -> None:
+    def release(self, route: LimitSet, decision: ConnDecision) -> None:
         for _, lease in decision.taken:
             # if the connection is gone, the master releases the lost connection's slots itself
             with contextlib.suppress(StoreUnavailable):

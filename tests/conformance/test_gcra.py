@@ -6,6 +6,7 @@ Each answer is CL.THROTTLE's reply: (limited, limit, remaining, retry_after, res
 from __future__ import annotations
 
 from gateway.limits.outcome import AlgoOutcome
+from gateway.store.redis import connect
 from tests.conformance.conftest import Scenario, config
 
 
@@ -126,20 +127,27 @@ async def test_redis_key_holds_the_tat_in_ns_like_redis_cell(store, clock):
     """The stored value is CL.THROTTLE's: the TAT as decimal ns since the epoch, with its PEXPIRE."""
     if store.kind != "redis":
         return
-    epoch_ms = 1_790_000_000_123  # a 2026 wall clock: ns values far above 2^53
-    clock.now = epoch_ms
-    s = Scenario(store, clock, gcra_config(2, "7r/s"))
-    clock.now = epoch_ms
-    route = s.routes["/"]
-    await store.admit(route, [], [], [], [(b"k", 1)])
-    await store.admit(route, [], [], [], [(b"k", 2)])
-    key = store.prefix + b"cell:k"
-    raw = await store.client.get(key)
-    emission = int(1e9 / 7)  # 142857142 ns
-    assert raw == str(epoch_ms * 1_000_000 + 3 * emission).encode()
-    assert 0 < await store.client.pttl(key) <= 3 * emission // 1_000_000
-    # a TAT written by another node (or CL.THROTTLE itself) is read back to the ns
-    await store.client.set(key, str(epoch_ms * 1_000_000 + 2 * emission + 1))
-    verdict = await store.admit(route, [], [], [], [(b"k", 1)])
-    assert verdict.algo[0] is not None and not verdict.algo[0].allowed
-    assert (await store.client.get(key)) == str(epoch_ms * 1_000_000 + 2 * emission + 1).encode()
+    # The test's own client, connected before the calls: the TAT is in the future of a
+    # fake clock, and the key expires a few hundred ms after it is written.
+    client = connect(store.spec, 2.0)
+    await client.ping()
+    try:
+        epoch_ms = 1_790_000_000_123  # a 2026 wall clock: ns values far above 2^53
+        clock.now = epoch_ms
+        s = Scenario(store, clock, gcra_config(2, "7r/s"))
+        clock.now = epoch_ms
+        route = s.routes["/"]
+        await store.admit(route, [], [], [], [(b"k", 1)])
+        await store.admit(route, [], [], [], [(b"k", 2)])
+        key = store.prefix + b"cell:k"
+        raw = await client.get(key)
+        emission = int(1e9 / 7)  # 142857142 ns
+        assert raw == str(epoch_ms * 1_000_000 + 3 * emission).encode()
+        assert 0 < await client.pttl(key) <= 3 * emission // 1_000_000
+        # a TAT written by another node (or CL.THROTTLE itself) is read back to the ns
+        await client.set(key, str(epoch_ms * 1_000_000 + 2 * emission + 1))
+        verdict = await store.admit(route, [], [], [], [(b"k", 1)])
+        assert verdict.algo[0] is not None and not verdict.algo[0].allowed
+        assert (await client.get(key)) == str(epoch_ms * 1_000_000 + 2 * emission + 1).encode()
+    finally:
+        await (client.aclose() if store.cluster else client.aclose(close_connection_pool=True))

@@ -387,7 +387,7 @@ def test_evalsha_arguments_are_the_librarys(
         before_gateway = monitor.wait_for(lambda src, args: args[:2] == [b"EXPIRE", key2])
         gw_hit = GatewayClient(interop_gateway).get(zone)
         everything = monitor.wait_for(
-            lambda src, args: args[:1] == [b"EVALSHA"] and args[1] == lua.sha1("request.lua").encode()
+            lambda src, args: args[:1] == [b"EVALSHA"] and args[1] == lua.sha1("batch.lua").encode()
         )
     finally:
         monitor.close()
@@ -414,14 +414,14 @@ def test_evalsha_arguments_are_the_librarys(
             [b"EXPIRE", k, b"60"],
         ], inner
 
-    # The gateway runs its combined request.lua (same per-key code, included from limit_req.lua)
+    # The gateway runs its batch.lua (request.lua per request, per-key code included from limit_req.lua)
     # on the same Redis key; it never calls limit_req.lua itself.
     gateway_cmds = [
         args for src, args in everything[len(before_gateway) :] if src != "lua" and args[:1] == [b"EVALSHA"]
     ]
     assert gateway_cmds, everything
     gw_args = gateway_cmds[0]
-    assert gw_args[1] == lua.sha1("request.lua").encode() and gw_args[2] == b"1" and gw_args[3] == key, gw_args
+    assert gw_args[1] == lua.sha1("batch.lua").encode() and gw_args[2] == b"1" and gw_args[3] == key, gw_args
     assert all(args[1] != file_sha.encode() for args in gateway_cmds)
     assert gw_hit.status == 200
     raw = redis_session.command("GET", key)
@@ -457,7 +457,7 @@ def test_openresty_recovers_from_noscript(
         assert failed.headers.get("x-sha", "") == "" and int(failed.headers["x-loads"]) == loads
         assert bucket.stored()[0] == bucket.raw, "the failed call must not change the state"
 
-        hit = gw.get(zone)  # the gateway reloads its own scripts (request.lua, undo.lua)
+        hit = gw.get(zone)  # the gateway reloads its own scripts (batch.lua, undo.lua)
         bucket.check(hit, "gateway")
         assert hit.status == 200
 
