@@ -24,6 +24,7 @@ from gateway.bans import Ban, BanList, epoch_ms
 from gateway.context import RequestContext
 from gateway.edge import unsupported_version
 from gateway.limiting import Admission, Limiter
+from gateway.metrics.stats import BANNED, STATS
 from gateway.plan import CompiledConfig, RoutePlan
 from gateway.proxy.forward import forward_http
 from gateway.proxy.headers import is_websocket_upgrade
@@ -49,7 +50,9 @@ class Pipeline:
         pools = self.upstreams.pools  # (and of the pools that go with it: a reload swaps both)
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         peer = parse_addr(request.remote or "") or UNKNOWN
-        ctx = RequestContext(request, time.monotonic(), peer, "http", sockname[1] if sockname else 0)
+        tls = getattr(request.protocol, "tls", None)  # set once per connection by the edge
+        port = sockname[1] if sockname else 0
+        ctx = RequestContext(request, time.monotonic(), peer, "http" if tls is None else "https", port, tls)
         request[CTX_KEY] = ctx
         try:
             response = await self._handle(request, ctx, config, pools, sockname)
@@ -136,6 +139,7 @@ class Pipeline:
                 self.limiter.finish(admission)
 
     def _banned(self, ctx: RequestContext, ban: Ban, accept: str) -> web.Response:
+        STATS.decision("", "ban", BANNED)  # a manual ban (or blocklist): no zone
         errorlog.request_event("info", ctx, f'access forbidden by ban on {ban.target} ("{ban.reason}")')
         headers: CIMultiDict[str] = CIMultiDict()
         if ban.until_ms:

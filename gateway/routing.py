@@ -19,10 +19,12 @@ slashes and resolution of ``.`` and ``..``. A URI that cannot be normalised
 
 from __future__ import annotations
 
+import importlib
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -140,41 +142,306 @@ class Match(Generic[T]):
 
 
 class LocationTable(Generic[T]):
-    """Locations compiled for lookup; ``T`` is whatever the caller attaches (a route plan)."""
+    """Locations compiled for lookup; ``T`` is whatever the caller attaches (a route plan).
 
-    def __init__(self, entries: Sequence[tuple[Location, T]]) -> None:
-        self._exact: dict[str, T] = {}
-        prefixes: list[tuple[str, bool, T]] = []
-        self._regexes: list[tuple[re.Pattern[str], T]] = []
+    The order is nginx's (see the module docstring); the data structures are chosen so that
+    a table of thousands of locations costs about what a table of one does:
+
+    * the longest prefix is one dict probe per distinct prefix length, not one
+      ``startswith`` per location;
+    * a regex anchored on a literal (``^/api/``, ``\\.php$``) is searched only for a URI
+      that has that literal, found by a dict probe; the others are searched in chunks, each
+      chunk one alternation (:class:`_RegexSet`): the same answer as trying them one by one;
+    * the decision for a URI is remembered in a bounded cache (:class:`_DecisionCache`), as
+      it depends on nothing but the URI and this table (a reload builds a new table).
+    """
+
+    def __init__(self, entries: Sequence[tuple[Location, T]], *, cache_size: int = 4096) -> None:
+        self._exact: dict[str, Match[T]] = {}
+        prefixes: dict[str, tuple[bool, Match[T]]] = {}
+        regexes: list[tuple[re.Pattern[str], Match[T]]] = []
         for location, item in entries:
             if location.kind == "exact":
-                self._exact.setdefault(location.value, item)
+                self._exact.setdefault(location.value, Match(item))
             elif location.kind in ("prefix", "prefix_noregex"):
-                prefixes.append((location.value, location.kind == "prefix_noregex", item))
+                # the first of two equal prefixes wins, as it did in a stable sort by length
+                prefixes.setdefault(location.value, (location.kind == "prefix_noregex", Match(item)))
             else:
                 assert location.pattern is not None
-                self._regexes.append((location.pattern, item))
+                regexes.append((location.pattern, Match(item)))
+        self._prefixes = prefixes
         # Longest first, so the first hit is the longest match.
-        prefixes.sort(key=lambda p: len(p[0]), reverse=True)
-        self._prefixes = tuple(prefixes)
-        self._slashed = {value[:-1] for value, _, _ in prefixes if value.endswith("/") and len(value) > 1}
+        self._lengths = tuple(sorted({len(value) for value in prefixes}, reverse=True))
+        self._slashed = {value[:-1] for value in prefixes if value.endswith("/") and len(value) > 1}
+        self._regexes = _RegexSet(regexes) if regexes else None
+        self._none: Match[T] = Match(None)
+        # A table of a few prefixes and no regex decides faster than a cache would answer.
+        small = not regexes and len(self._lengths) <= 8
+        self._cache = None if small or cache_size <= 0 else _DecisionCache[Match[T]](cache_size)
 
     def match(self, uri: str) -> Match[T]:
-        item = self._exact.get(uri)
-        if item is not None:
-            return Match(item)
-        best: tuple[str, bool, T] | None = None
-        for prefix in self._prefixes:
-            if uri.startswith(prefix[0]):
-                best = prefix
-                break
+        cache = self._cache
+        if cache is None:
+            return self._decide(uri)
+        found = cache.get(uri)
+        if found is None:
+            found = self._decide(uri)
+            cache.put(uri, found)
+        return found
+
+    def _decide(self, uri: str) -> Match[T]:
+        exact = self._exact.get(uri)
+        if exact is not None:
+            return exact
+        best: tuple[bool, Match[T]] | None = None
+        size = len(uri)
+        prefixes = self._prefixes
+        for length in self._lengths:
+            if length <= size:
+                best = prefixes.get(uri[:length])
+                if best is not None:
+                    break
         if uri in self._slashed:
             return Match(None, redirect=uri + "/")
-        if best is not None and best[1]:
-            return Match(best[2])
-        for pattern, regex_item in self._regexes:
-            if pattern.search(uri):
-                return Match(regex_item)
+        if best is not None and best[0]:
+            return best[1]
+        if self._regexes is not None:
+            found = self._regexes.first(uri)
+            if found is not None:
+                return found
         if best is not None:
-            return Match(best[2])
-        return Match(None)
+            return best[1]
+        return self._none
+
+
+_CHUNK = 32  # regexes per alternation: the cost of finding the first one of a chunk is bounded by it
+# What a location regex may not contain to be searched inside an alternation: group references
+# by number or name, conditionals (their group numbers shift once wrapped), named groups (two
+# locations may use the same name) and flags for the whole pattern such as (?x) or (?i) at the start.
+_UNSHAREABLE = re.compile(r"\\[1-9]|\\g<|\(\?P[=<]|\(\?\(|\(\?[aiLmsux]+\)")
+_OWN_FLAGS = re.IGNORECASE  # the only flag parse_location sets; any other came from the pattern itself
+
+
+class _RegexSet(Generic[T]):
+    """Regular expressions in configuration order; :meth:`first` returns the first that matches.
+
+    Two ways to skip most of them without changing the answer:
+
+    * **anchored literals**: a regex that starts with ``^`` and literal characters (``^/api/v``)
+      can only match a URI that starts with them; one that ends with literal characters and
+      ``$`` (``\\.php$``) only one that ends with them (or with them and a newline). Such
+      regexes are indexed by that literal, and a URI probes the index once per literal length
+      (case-insensitive ones by the lower-cased URI, when it is ASCII; otherwise they are all
+      tried). Only the candidates found are searched.
+    * **alternations**: the other regexes are joined, ``_CHUNK`` at a time, into one
+      alternation ``(?P<_0>re0)|(?P<_1>(?i:re1))|...``. An alternation that finds nothing
+      proves that none of its members matches anywhere in the URI. When it finds something,
+      it names the member that matched at the leftmost position, which is not always the
+      first in configuration order: the members before it are then tried one by one, and the
+      first of them that matches wins, else the named one. A regex that cannot be wrapped
+      without changing its meaning (see ``_UNSHAREABLE``) is searched on its own.
+
+    The answer is the earliest, in configuration order, of the first match among the
+    alternations and the candidates of the index: the same as trying every regex in turn.
+    """
+
+    def __init__(self, regexes: Sequence[tuple[re.Pattern[str], Match[T]]]) -> None:
+        self._patterns = tuple(pattern for pattern, _ in regexes)
+        self._items = tuple(item for _, item in regexes)
+        # literal -> indices, for: start case-sensitive, start lower-cased, end ..., end ...
+        maps: tuple[dict[str, list[int]], ...] = ({}, {}, {}, {})
+        icase: list[int] = []
+        chunks: list[tuple[re.Pattern[str], tuple[tuple[re.Pattern[str], int], ...]]] = []
+        run: list[tuple[re.Pattern[str], int]] = []
+
+        def close() -> None:
+            combined = _alternation([p for p, _ in run]) if len(run) > 1 else None
+            if combined is not None:
+                chunks.append((combined, tuple(run)))
+            else:  # one regex, or an alternation Python refuses: each on its own
+                chunks.extend((p, ((p, index),)) for p, index in run)
+            run.clear()
+
+        for index, pattern in enumerate(self._patterns):
+            literal = _anchored_literal(pattern)
+            if literal is not None:
+                at_end, text, folded = literal
+                maps[2 * at_end + folded].setdefault(text, []).append(index)
+                if folded:
+                    icase.append(index)
+            elif _shareable(pattern):
+                run.append((pattern, index))
+                if len(run) == _CHUNK:
+                    close()
+            else:
+                close()
+                chunks.append((pattern, ((pattern, index),)))
+        close()
+        self._chunks = tuple(chunks)
+        self._maps = tuple((m, tuple(sorted({len(k) for k in m}))) for m in maps)
+        self._icase = tuple(icase)
+        self._indexed = any(maps)
+
+    def first(self, uri: str) -> Match[T] | None:
+        best = self._first_free(uri)
+        if self._indexed:
+            candidates = self._candidates(uri, best)
+            if candidates:
+                candidates.sort()
+                patterns = self._patterns
+                for index in candidates:
+                    if patterns[index].search(uri):
+                        return self._items[index]
+        return self._items[best] if best >= 0 else None
+
+    def _candidates(self, uri: str, before: int) -> list[int]:
+        """The indexed regexes whose literal the URI has (those before ``before``, if it is >= 0)."""
+        found: list[int] = []
+        size = len(uri)
+        lower = uri.lower() if uri.isascii() else None
+        newline = uri.endswith("\n")
+        for kind, (table, lengths) in enumerate(self._maps):
+            if not table:
+                continue
+            folded = kind & 1
+            if folded and lower is None:
+                continue  # not ASCII: every case-insensitive one is a candidate (below)
+            text = lower if folded else uri
+            assert text is not None
+            for length in lengths:
+                if length > size:
+                    break
+                if kind < 2:
+                    hit = table.get(text[:length])
+                else:
+                    hit = table.get(text[size - length :])
+                    if newline and hit is None and length < size:
+                        hit = table.get(text[size - length - 1 : size - 1])  # $ matches before a final newline
+                if hit is not None:
+                    found += hit
+        if lower is None:
+            found += self._icase
+        if before >= 0:
+            found = [index for index in found if index < before]
+        return found
+
+    def _first_free(self, uri: str) -> int:
+        """The index of the first regex outside the index that matches, or -1."""
+        for combined, members in self._chunks:
+            found = combined.search(uri)
+            if found is None:
+                continue
+            if len(members) == 1:
+                return members[0][1]
+            name = found.lastgroup  # the member's group: it encloses, so closes after, any of its own
+            last = int(name[1:]) if name is not None else len(members) - 1
+            for pattern, index in members[:last]:
+                if pattern.search(uri):
+                    return index
+            if name is not None or members[last][0].search(uri):
+                return members[last][1]
+        return -1
+
+
+def _anchored_literal(pattern: re.Pattern[str]) -> tuple[int, str, int] | None:
+    """(1 if at the end else 0, the literal, 1 if case-insensitive else 0), or None.
+
+    ``^lit...`` or ``...lit$`` / ``...lit\\Z`` at the top level of the pattern, from Python's
+    own parse of it; None when unsure (other flags, a top-level alternation, no literal)."""
+    flags = pattern.flags & ~re.UNICODE
+    if flags & ~re.IGNORECASE or _PARSER is None:
+        return None
+    try:
+        items = list(_PARSER.parse(pattern.pattern, pattern.flags))
+    except Exception:  # a private module: any surprise means no index, not a failure
+        return None
+    if len(items) < 2:
+        return None
+    folded = 1 if flags & re.IGNORECASE else 0
+    first, last = items[0], items[-1]
+    if str(first[0]) == "AT" and str(first[1]) in ("AT_BEGINNING", "AT_BEGINNING_STRING"):
+        run = items[1:]
+        at_end = 0
+    elif str(last[0]) == "AT" and str(last[1]) in ("AT_END", "AT_END_STRING"):
+        run = items[-2::-1]
+        at_end = 1
+    else:
+        return None
+    chars: list[str] = []
+    for op, value in run:
+        if str(op) != "LITERAL":
+            break
+        chars.append(chr(value))
+    if not chars:
+        return None
+    text = "".join(chars if not at_end else reversed(chars))
+    if folded:
+        if not text.isascii():
+            return None
+        text = text.lower()
+    return at_end, text, folded
+
+
+try:
+    _PARSER: Any = importlib.import_module("re._parser")  # the parser re.compile itself uses
+except ImportError:  # pragma: no cover (older or other Pythons: no index, the same answers)
+    _PARSER = None
+
+
+def _shareable(pattern: re.Pattern[str]) -> bool:
+    return not (pattern.flags & ~(_OWN_FLAGS | re.UNICODE)) and not _UNSHAREABLE.search(pattern.pattern)
+
+
+def _alternation(patterns: Sequence[re.Pattern[str]]) -> re.Pattern[str] | None:
+    parts = []
+    for index, pattern in enumerate(patterns):
+        body = f"(?i:{pattern.pattern})" if pattern.flags & re.IGNORECASE else f"(?:{pattern.pattern})"
+        parts.append(f"(?P<_{index}>{body})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # each member already compiled on its own, and warned then
+        try:
+            return re.compile("|".join(parts))
+        except re.error:
+            return None
+
+
+V = TypeVar("V")
+
+
+class _DecisionCache(Generic[V]):
+    """A bounded memo from a URI to its decision: two generations of at most ``size`` entries.
+
+    Lookups read the young generation, then the old one (a hit there moves the entry back
+    to the young one). When the young generation is full it becomes the old one and the
+    previous old one is dropped whole, so a flood of distinct URIs costs one dict insert per
+    request and at most ``2 * size`` entries, and the URIs in steady use stay cached. URIs
+    longer than ``max_key`` are decided every time rather than kept.
+    """
+
+    __slots__ = ("_old", "_size", "_young", "max_key")
+
+    def __init__(self, size: int, max_key: int = 256) -> None:
+        self._size = size
+        self._young: dict[str, V] = {}
+        self._old: dict[str, V] = {}
+        self.max_key = max_key
+
+    def get(self, key: str) -> V | None:
+        value = self._young.get(key)
+        if value is None:
+            value = self._old.get(key)
+            if value is not None:
+                self.put(key, value)
+        return value
+
+    def put(self, key: str, value: V) -> None:
+        if len(key) > self.max_key:
+            return
+        young = self._young
+        if len(young) >= self._size:
+            self._old = young
+            self._young = young = {}
+        young[key] = value
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)

@@ -538,7 +538,7 @@ async def test_response_spool_keeps_byte_order_across_memory_file_and_backpressu
     from gateway.proxy.spool import BufferPolicy, ResponseSpool
 
     policy = BufferPolicy(proxy_buffers=1000, max_temp_file_size=5000, temp_path=str(tmp_path))
-    spool = ResponseSpool(policy, lambda: TimeoutError("read"), lambda exc: None)
+    spool = ResponseSpool(policy, lambda: TimeoutError("read"), lambda exc, owner: None)
     producer = RecordingProducer()
     spool.attach(producer)
     source = pattern(60_000)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.routing import BadURI, LocationTable, normalize_uri, parse_location
 
@@ -83,3 +87,180 @@ def test_bad_uris(raw):
 def test_bad_locations(bad):
     with pytest.raises(ValueError):
         parse_location(bad)
+
+
+# --- the compiled table against the straightforward matcher ------------------------------------
+
+
+class ReferenceTable:
+    """nginx's order, written the obvious way: every prefix and every regex tried in turn.
+
+    This is the matcher ``LocationTable`` replaced; the tables below must agree with it.
+    """
+
+    def __init__(self, entries):
+        self.exact = {}
+        self.prefixes = []
+        self.regexes = []
+        for location, item in entries:
+            if location.kind == "exact":
+                self.exact.setdefault(location.value, item)
+            elif location.kind in ("prefix", "prefix_noregex"):
+                self.prefixes.append((location.value, location.kind == "prefix_noregex", item))
+            else:
+                self.regexes.append((location.pattern, item))
+        self.prefixes.sort(key=lambda p: len(p[0]), reverse=True)
+        self.slashed = {v[:-1] for v, _, _ in self.prefixes if v.endswith("/") and len(v) > 1}
+
+    def match(self, uri):
+        if uri in self.exact:
+            return (self.exact[uri], None)
+        best = next((p for p in self.prefixes if uri.startswith(p[0])), None)
+        if uri in self.slashed:
+            return (None, uri + "/")
+        if best is not None and best[1]:
+            return (best[2], None)
+        for pattern, item in self.regexes:
+            if pattern.search(uri):
+                return (item, None)
+        return (best[2] if best is not None else None, None)
+
+
+LOCATION_POOL = [
+    "/",
+    "/a",
+    "/a/",
+    "/ab",
+    "/a/b",
+    "/a/b/",
+    "/b/",
+    "/A/",
+    "/a/b/c",
+    "/api/",
+    "/api",
+    "/api/v1/",
+    "= /",
+    "= /a",
+    "= /a/b",
+    "= /api",
+    "^~ /a/",
+    "^~ /b",
+    "^~ /api/v1/",
+    "^~ /",
+    "~ a",
+    "~ ^/a",
+    "~ b$",
+    "~ \\.(gif|jpg)$",
+    "~* \\.(GIF|jpg)$",
+    "~* ^/A/B",
+    "~ ^/a/(b|c)",
+    "~ (a)\\1",
+    "~ ^/(?<seg>[ab])/",
+    "~ (?P<x>b)(?P=x)",
+    "~ (?i)^/api",
+    "~ c",
+    "~ ^/api/v1/.*/x$",
+    "~* API",
+    "~ ^/a/b$",
+    "~ (b)?c",
+    "~ ab|ba",
+    "~ (?=.*c)b",
+    "~ (?<=a)b",
+    "~ x*",
+    "~ [.]x",
+    # anchored on a literal (indexed): start or end, case-sensitive or not, \\Z, a repeat after it
+    "~ ^/a/",
+    "~* ^/ks",
+    "~* ^/A/",
+    "~ \\.jpg$",
+    "~* \\.GIF$",
+    "~ c\\Z",
+    "~ ^/ab?",
+    "~ ^/",
+    "~* s$",
+    "~ ^/a\\Z",
+    "~ (?m)^b",
+    "~ ^/a|c$",
+    "~* ^/SS",
+]
+URI_ALPHABET = "/abcABCxigfjp.1ks\n\u212a\u017f"  # with a newline, the Kelvin sign and the long s
+
+
+def both(locations):
+    entries = [(parse_location(loc), f"{i}:{loc}") for i, loc in enumerate(locations)]
+    return LocationTable(entries), ReferenceTable(entries)
+
+
+def answer(match):
+    return (match.route, match.redirect)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    locations=st.lists(st.sampled_from(LOCATION_POOL), min_size=1, max_size=60),
+    uris=st.lists(st.text(URI_ALPHABET, max_size=14).map(lambda s: "/" + s), min_size=1, max_size=20),
+)
+def test_compiled_table_agrees_with_the_reference(locations, uris):
+    table_, reference = both(locations)
+    for uri in uris + uris:  # twice: the second answer comes from the decision cache
+        assert answer(table_.match(uri)) == reference.match(uri), uri
+
+
+def test_many_regexes_first_in_configuration_order_not_leftmost():
+    # 100 regexes (four alternations); later ones match earlier in the URI than earlier ones.
+    locations = ["/"] + [f"~ x{i:03d}$" for i in range(100)] + ["~ ^/", "~* ^/Y"]
+    table_, reference = both(locations)
+    for uri in ["/x050", "/x000", "/x099", "/y", "/Yx031", "/x031x032", "/nothing", "/x12"]:
+        assert answer(table_.match(uri)) == reference.match(uri), uri
+    # a regex early in the list that matches late in the URI beats a later one that matches first
+    t, ref = both(["~ zz$", *[f"~ ^/a{i}" for i in range(40)]])
+    assert answer(t.match("/a1zz")) == ref.match("/a1zz") == ("0:~ zz$", None)
+
+
+def test_generated_large_config_agrees_with_the_reference():
+    rng = random.Random(7)
+    locations = large_locations(rng, prefixes=1500, regexes=500)
+    table_, reference = both(locations)
+    uris = [f"/svc{rng.randrange(1600)}/x{rng.randrange(9)}" for _ in range(300)]
+    uris += [f"/static/file{rng.randrange(600)}.e{rng.randrange(600)}" for _ in range(300)]
+    uris += ["/", "/unknown", "/svc1", "/svc1/", "/svc12/a.e3"]
+    for uri in uris:
+        assert answer(table_.match(uri)) == reference.match(uri), uri
+
+
+def large_locations(rng, *, prefixes, regexes):
+    """The shape of the 2,000-location benchmark config: prefixes per service, regexes per suffix."""
+    out = [f"/svc{i}/" if i % 3 else f"^~ /svc{i}/" for i in range(prefixes)]
+    out += [f"~ \\.e{i}$" if i % 2 else f"~* ^/static/file{i}\\." for i in range(regexes)]
+    rng.shuffle(out)
+    return ["/", *out]
+
+
+def test_decision_cache_is_bounded_and_keeps_the_uris_in_use():
+    t, _ = both(["/", "~ \\.php$", *[f"/p{i}/" for i in range(20)]])
+    cache = t._cache
+    assert cache is not None
+    for i in range(50_000):  # a flood of distinct URIs
+        t.match(f"/flood/{i}")
+        t.match("/hot.php")
+    assert len(cache) <= 2 * 4096
+    assert cache.get("/hot.php") is t.match("/hot.php")  # the URI in steady use stays cached
+    long_uri = "/" + "a" * 1000
+    assert t.match(long_uri).route == "0:/"
+    assert cache.get(long_uri) is None  # very long URIs are decided each time, never kept
+
+
+def test_a_small_table_has_no_cache():
+    t, _ = both(["/", "/api/"])
+    assert t._cache is None
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["/a.jpg", "/a.jpg\n", "/a.JPG", "/a.jpgx", "/A/x.Gif", "/\u212a", "/\u212as", "/ks", "/KS", "/s\n", "/x.gif\n"],
+)
+def test_regexes_anchored_on_a_literal_agree_with_the_reference(uri):
+    # indexed by their literal: "$" also matches before a final newline, and a case-insensitive
+    # literal also matches the Kelvin sign for k and the long s for s (Python's Unicode folding)
+    t, ref = both(["/", "~ \\.jpg$", "~* \\.GIF$", "~* ^/K", "~* s$", "~ ^/ks"])
+    assert answer(t.match(uri)) == ref.match(uri)

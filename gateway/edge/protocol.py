@@ -83,13 +83,14 @@ class EdgeServer(web.Server):
 
 
 class EdgeProtocol(RequestHandler):
-    __slots__ = ("_at_boundary", "_edge", "_fed", "_held", "_ip_key", "_refused", "_renames", "_settings")
+    __slots__ = ("_at_boundary", "_edge", "_fed", "_held", "_ip_key", "_refused", "_renames", "_settings", "tls")
 
     def __init__(self, manager: EdgeServer, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._edge = manager
         self._settings = manager.settings
         self._ip_key: bytes | None = None
+        self.tls: Any = None  # the connection's ssl.SSLObject on a TLS listener ($scheme https)
         self._refused = False
         self._at_boundary = True  # the next byte starts a request
         self._held = b""  # the start of a request line, kept until its method is whole
@@ -107,6 +108,7 @@ class EdgeProtocol(RequestHandler):
             _reset(cast(asyncio.Transport, transport))
             return
         self._ip_key = key
+        self.tls = transport.get_extra_info("ssl_object")
         super().connection_made(transport)
         # aiohttp arms its keep-alive timer at connect; the first header gets its own budget.
         if self._keepalive_handle is not None:

@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
 
 from gateway import errorlog, responses
-from gateway.addheader import add_headers
 from gateway.context import RequestContext
+from gateway.metrics.stats import STATS
 from gateway.proxy.balancer import Peer
-from gateway.proxy.headers import request_head, response_headers
+from gateway.proxy.headers import request_head
 from gateway.proxy.http1 import Connection, ReadTimedOut, ResponseHead, StaleConnection, UpstreamFailure
+from gateway.proxy.respond import Head, ProxiedResponse, send, writer_of
 from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy, RequestSpool, ResponseSpool
 from gateway.proxy.upstream import UpstreamPool
@@ -49,24 +50,6 @@ _NO_BODY_STATUS = frozenset({204, 304})
 
 class BodyTooLarge(Exception):
     pass
-
-
-class ProxiedResponse(web.StreamResponse):
-    """An upstream's response as it was: aiohttp would add a Content-Type to any body
-    that has none (RFC 9110 §8.3 asks that of the *generator* of a message, not a proxy)."""
-
-    _upstream_sent_type = True
-
-    async def _write_headers(self) -> None:
-        if not self._upstream_sent_type:
-            self._headers.popall("Content-Type", None)
-        await super()._write_headers()
-
-
-def _response(status: int, reason: str, headers: CIMultiDict[str]) -> ProxiedResponse:
-    response = ProxiedResponse(status=status, reason=reason, headers=headers)
-    response._upstream_sent_type = "Content-Type" in headers
-    return response
 
 
 class ClientBodyError(Exception):
@@ -255,7 +238,7 @@ async def _forward(
         if per_peer:
             head = head_for(own_host(pool, peer))
         try:
-            _, spool, response = await exchange(pool, peer, head, body, chunked, response_spool(ctx, buffers))
+            _, spool, response = await exchange(pool, peer, head, body, chunked, buffers, ctx)
         except (BodyTooLarge, ClientBodyError) as exc:
             ctx.upstream_addr = ", ".join(addrs)
             return _body_failed(request, ctx, accept, exc, max_body)
@@ -276,10 +259,17 @@ async def _forward(
             return await relay(request, ctx, spool, response, pool, extra_headers)
         finally:
             spool.close()
-            ctx.upstream_time = f"{time.monotonic() - started:.3f}"
+            elapsed = time.monotonic() - started
+            ctx.upstream_time = f"{elapsed:.3f}"
+            STATS.upstream(pool.name, elapsed)
     ctx.upstream_addr = ", ".join(addrs)
     ctx.upstream_status = ", ".join(statuses)
-    ctx.upstream_time = f"{time.monotonic() - started:.3f}" if addrs else ""
+    if addrs:
+        elapsed = time.monotonic() - started
+        ctx.upstream_time = f"{elapsed:.3f}"
+        STATS.upstream(pool.name, elapsed)
+    else:
+        ctx.upstream_time = ""
     if not addrs:
         errorlog.request_event("error", ctx, f'no live upstreams while connecting to upstream "{pool.name}"')
     return responses.error(504 if timed_out else 502, accept)
@@ -306,16 +296,14 @@ def _consumed(body: RequestBody | RequestSpool | None) -> bool:
     return isinstance(body, RequestBody) and body.started
 
 
-def response_spool(ctx: RequestContext, buffers: BufferPolicy) -> Callable[[], ResponseSpool]:
-    def spill_failed(exc: OSError) -> None:
-        errorlog.request_event(
-            "error", ctx, f"could not write the response to a temp file ({exc}); going on at the client's pace"
-        )
+def _read_timed_out() -> Exception:
+    return ReadTimedOut("upstream timed out while reading the response body")
 
-    def timed_out() -> Exception:
-        return ReadTimedOut("upstream timed out while reading the response body")
 
-    return lambda: ResponseSpool(buffers, timed_out, spill_failed)
+def _spill_failed(exc: OSError, ctx: RequestContext) -> None:
+    errorlog.request_event(
+        "error", ctx, f"could not write the response to a temp file ({exc}); going on at the client's pace"
+    )
 
 
 async def exchange(
@@ -324,19 +312,21 @@ async def exchange(
     head: bytes,
     body: RequestBody | RequestSpool | None,
     chunked: bool,
-    new_spool: Callable[[], ResponseSpool],
+    buffers: BufferPolicy,
+    ctx: RequestContext,
     *,
     upgrade: bool = False,
 ) -> tuple[Connection, ResponseSpool, ResponseHead]:
     """Send the request on a pooled (or new) connection and read the response head;
-    the response body goes to the returned spool. With ``upgrade`` (a WebSocket
-    handshake) a 101 answer is the start of a tunnel on the returned connection."""
+    the response body goes to the returned spool (``buffers``: the route's policy). With
+    ``upgrade`` (a WebSocket handshake) a 101 answer is the start of a tunnel on the
+    returned connection."""
     peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
     for attempt in range(2):
         conn = await peer_pool.acquire(pool.connect_timeout, fresh=attempt > 0)
         if upgrade:
             conn.expect_upgrade()
-        spool = new_spool()
+        spool = ResponseSpool(buffers, _read_timed_out, _spill_failed, ctx)
         try:
             await conn.send(head, body, chunked, pool.send_timeout, spool)
             return conn, spool, await conn.read_head(pool.read_timeout)
@@ -361,55 +351,65 @@ async def relay(
     pool: UpstreamPool,
     extra_headers: Sequence[tuple[str, str]],
 ) -> web.StreamResponse:
-    """Send the upstream's response; it is complete (or cut off) when this returns."""
+    """Send the upstream's response; it is complete (or cut off) when this returns.
+
+    The header is composed as bytes and written by us (gateway/proxy/respond.py), then the
+    body through the request's own aiohttp writer (its chunked framing, its drain)."""
     status = upstream.status
-    headers, length = response_headers(upstream.headers)
-    accel = headers.popall("X-Accel-Buffering", None)  # for us, not for the client (as nginx)
-    if accel:
-        spool.set_buffering(accel[-1].strip().lower() != "no")
-    for name, value in extra_headers:
-        headers[name] = value
+    head = Head(upstream.headers, extra_headers)
+    length = head.length
+    if head.accel is not None:  # for us, not for the client (as nginx)
+        spool.set_buffering(head.accel.strip().lower() != b"no")
     route = ctx.route
     if route is not None and route.add_header:
-        add_headers(headers, route.add_header, status, ctx)
+        head.add(route.add_header, status, ctx)
     read_timeout = pool.read_timeout
+    writer = writer_of(request)
+    version = request.version
+    keep_alive = request.keep_alive
     try:
-        no_body = ctx.method == "HEAD" or status in _NO_BODY_STATUS
-        if no_body:
-            response = _response(status, upstream.reason, headers)
-            if length is not None and ctx.method == "HEAD":
-                response.content_length = length
+        is_head = ctx.method == "HEAD"
+        if is_head or status in _NO_BODY_STATUS:
+            data, keep_alive, _ = head.compose(
+                version, keep_alive, status, upstream.reason, length, no_body=True, head=is_head
+            )
             spool.finish()
             spool.close()
-            await response.prepare(request)
-            await response.write_eof()
             ctx.body_bytes_sent = 0
-            return response
+            send(writer, data)
+            await writer.drain()
+            return ProxiedResponse(status, upstream.reason, keep_alive)
         if length is not None and length <= BUFFER_LIMIT:
             spool.expect_whole(length)
-            try:
-                data = b"".join([chunk async for chunk in spool.chunks(read_timeout)])
-            except UpstreamFailure as exc:
-                errorlog.request_event("error", ctx, f"{exc} while reading the response body from upstream")
-                spool.abort()
-                return responses.error(504 if exc.timeout else 502, request.headers.get("Accept", ""))
+            body = spool.whole()
+            if body is None:
+                try:
+                    body = b"".join([chunk async for chunk in spool.chunks(read_timeout)])
+                except UpstreamFailure as exc:
+                    errorlog.request_event("error", ctx, f"{exc} while reading the response body from upstream")
+                    spool.abort()
+                    return responses.error(504 if exc.timeout else 502, request.headers.get("Accept", ""))
             spool.finish()
             spool.close()
-            ctx.body_bytes_sent = len(data)
-            # A StreamResponse, not a web.Response: that would invent a Content-Type.
-            buffered = _response(status, upstream.reason, headers)
-            buffered.content_length = len(data)
-            await buffered.prepare(request)
-            await buffered.write_eof(data)
-            return buffered
-        response = _response(status, upstream.reason, headers)
-        if length is not None:
-            response.content_length = length
-        await response.prepare(request)
+            data, keep_alive, _ = head.compose(
+                version, keep_alive, status, upstream.reason, len(body), no_body=False, head=False
+            )
+            ctx.body_bytes_sent = len(body)
+            send(writer, data, body)
+            await writer.drain()
+            return ProxiedResponse(status, upstream.reason, keep_alive)
+        data, keep_alive, chunked = head.compose(
+            version, keep_alive, status, upstream.reason, length, no_body=False, head=False
+        )
+        response = ProxiedResponse(status, upstream.reason, keep_alive)
+        writer.length = length
+        if chunked:
+            writer.enable_chunking()
+        send(writer, data)
         sent = 0
         try:
             async for chunk in spool.chunks(read_timeout):
-                await response.write(chunk)
+                await writer.write(chunk)
                 sent += len(chunk)
         except UpstreamFailure as exc:
             # Headers are gone already: the only honest signal left is to cut the connection.
@@ -422,7 +422,7 @@ async def relay(
         ctx.body_bytes_sent = sent
         spool.finish()
         spool.close()  # before the last bytes go: nothing is left on disk once the client has it all
-        await response.write_eof()
+        await writer.write_eof()
         return response
     except BaseException:
         spool.abort()  # the client went away (or we were cancelled) mid-response

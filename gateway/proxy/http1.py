@@ -539,14 +539,23 @@ class PeerPool:
 class UpstreamConnections:
     """The keep-alive pools of one upstream group (``keepalive`` idle connections in all)."""
 
-    def __init__(self, keepalive: int, keepalive_timeout: float, scheme: str, tls_verify: bool) -> None:
+    def __init__(
+        self,
+        keepalive: int,
+        keepalive_timeout: float,
+        scheme: str,
+        tls_verify: bool,
+        tls_ca: str | None = None,
+        tls_server_name: str | None = None,
+    ) -> None:
         self.keepalive = keepalive
         self.keepalive_timeout = keepalive_timeout
         self.idle_count = 0
         self.closed = False
         self.ssl_context: ssl.SSLContext | None = None
+        self.tls_server_name = tls_server_name  # SNI and the name verified (nginx's proxy_ssl_name)
         if scheme == "https":
-            context = ssl.create_default_context()
+            context = ssl.create_default_context(cafile=tls_ca)  # tls_ca: only that CA bundle is trusted
             if not tls_verify:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
@@ -556,7 +565,7 @@ class UpstreamConnections:
     def peer(self, host: str, port: int) -> PeerPool:
         pool = self.peers.get((host, port))
         if pool is None:
-            hostname = host if self.ssl_context is not None else None
+            hostname = (self.tls_server_name or host) if self.ssl_context is not None else None
             pool = self.peers[(host, port)] = PeerPool(self, host, port, hostname)
         return pool
 

@@ -25,7 +25,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 READ_BLOCK = 256 * 1024  # bytes of a request body read back from its temp file at a time
 MIN_READ_BLOCK = 16 * 1024  # a response is read back from its temp file proxy_buffers at a time, at least this
@@ -145,12 +145,20 @@ class ResponseSpool:
     """
 
     def __init__(
-        self, policy: BufferPolicy, timeout_error: Callable[[], Exception], on_spill_error: Callable[[OSError], None]
+        self,
+        policy: BufferPolicy,
+        timeout_error: Callable[[], Exception],
+        on_spill_error: Callable[[OSError, Any], None],
+        owner: Any = None,
     ) -> None:
+        """``on_spill_error(exc, owner)``: the temp file failed (``owner``: whose response it is,
+        for the log); ``timeout_error()``: the exception a read timeout raises. Module-level
+        functions both, so that a spool costs no closures."""
         self.policy = policy
         self.temp_path = policy.temp_path
         self._timeout_error = timeout_error
         self._on_spill_error = on_spill_error
+        self._owner = owner
         self.memory_limit = 0
         self.file_limit = 0
         self._read_block = MIN_READ_BLOCK
@@ -223,7 +231,7 @@ class ResponseSpool:
             offset = self._file.append(data)
         except OSError as exc:
             self.file_limit = 0  # no disk for this response: backpressure from now on
-            self._on_spill_error(exc)
+            self._on_spill_error(exc, self._owner)
             return False
         self._in_file += len(data)
         self.spilled += len(data)
@@ -263,6 +271,16 @@ class ResponseSpool:
             if self.producer is not None:
                 self.producer.resume_body()
         return data
+
+    def whole(self) -> bytes | None:
+        """The whole body at once if it is all in, in memory (the usual small response); else None."""
+        if not self.complete or self.error is not None or self._file is not None:
+            return None
+        segments = self._segments
+        data = segments[0] if len(segments) == 1 else b"".join(segments)  # type: ignore[arg-type]
+        segments.clear()
+        self._in_memory = 0
+        return data  # type: ignore[return-value]
 
     async def chunks(self, read_timeout: float) -> AsyncIterator[bytes]:
         """The body's bytes as they can be had; ``read_timeout`` bounds a wait for the upstream."""

@@ -10,15 +10,10 @@
 
 from __future__ import annotations
 
-import time
-
+from gateway.clock import monotonic_ms
 from gateway.config.schema import UpstreamSpec
 from gateway.proxy.balancer import Balancer
 from gateway.proxy.http1 import UpstreamConnections
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class UpstreamPool:
@@ -32,7 +27,12 @@ class UpstreamPool:
         self.read_timeout = spec.read_timeout_ms / 1000
         self.send_timeout = spec.send_timeout_ms / 1000
         self.connections = UpstreamConnections(
-            spec.keepalive, spec.keepalive_timeout_ms / 1000, spec.scheme, spec.tls_verify
+            spec.keepalive,
+            spec.keepalive_timeout_ms / 1000,
+            spec.scheme,
+            spec.tls_verify,
+            spec.tls_ca,
+            spec.tls_server_name,
         )
         self.in_flight = 0  # requests (and WebSockets) using this pool now
 

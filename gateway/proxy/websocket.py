@@ -29,7 +29,7 @@ from multidict import CIMultiDict
 
 from gateway import errorlog, responses
 from gateway.context import RequestContext
-from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, exchange_failed, relay, response_spool
+from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, exchange_failed, relay
 from gateway.proxy.headers import request_head, switch_response_headers
 from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure
 from gateway.proxy.rewrite import UpstreamRewrite
@@ -96,9 +96,7 @@ async def forward_websocket(
         tried.add(peer.index)
         addrs.append(peer.address)
         try:
-            conn, spool, answer = await exchange(
-                pool, peer, head, None, False, response_spool(ctx, buffers), upgrade=True
-            )
+            conn, spool, answer = await exchange(pool, peer, head, None, False, buffers, ctx, upgrade=True)
         except UpstreamFailure as exc:
             # nothing of the client's has been consumed: any server may be tried next
             timed_out = exc.timeout
