@@ -24,6 +24,7 @@ from gateway import errorlog
 from gateway.config.logformat import PRESETS, VARIABLE
 from gateway.context import RequestContext
 from gateway.escape import NEEDS_ESCAPE, escape
+from gateway.metrics.stats import STATS
 
 if TYPE_CHECKING:
     from aiohttp.web import BaseRequest, StreamResponse
@@ -166,6 +167,9 @@ _GETTERS: dict[str, Callable[[Fields], str]] = {
     "server_port": _ctx("server_port"),
     "server_name": lambda f: f.ctx.server.name if f.ctx is not None and f.ctx.server is not None else "",
     "scheme": _ctx("scheme"),
+    "ssl_protocol": _ctx("ssl_protocol"),
+    "ssl_cipher": _ctx("ssl_cipher"),
+    "https": _ctx("https"),
     "pid": lambda f: str(os.getpid()),
 }
 _VAR = VARIABLE
@@ -176,7 +180,7 @@ _SAFE = frozenset(
     {"remote_addr", "realip_remote_addr", "time_local", "time_iso8601", "msec", "status", "body_bytes_sent",
      "request_time", "upstream_status", "upstream_response_time", "limit_req_status", "limit_conn_status",
      "limit_count_status", "limit_gcra_status", "limit_sliding_log_status", "limit_token_status",
-     "server_port", "scheme", "pid", "request_method", "server_protocol"}
+     "server_port", "scheme", "pid", "request_method", "server_protocol", "ssl_protocol", "ssl_cipher", "https"}
 )  # fmt: skip
 
 
@@ -244,6 +248,9 @@ def _render_json(fields: Fields) -> str:
     record["body_bytes_sent"] = int(sent) if sent.isdigit() else sent
     record["request_time"] = round(fields.elapsed, 3)
     return _dumps(record)
+
+
+_count = STATS.request
 
 
 class LogSink:
@@ -319,6 +326,13 @@ class AccessLog:
     def write(
         self, ctx: RequestContext | None, request: BaseRequest, response: StreamResponse | None, elapsed: float
     ) -> None:
+        # Every request ends here once (499s and aiohttp's own 400s included): the metrics too.
+        if ctx is not None:
+            route = ctx.route
+            status = ctx.status or (response.status if response is not None else 0)
+            _count(route.label if route is not None else "", status, elapsed)
+        else:
+            _count("", response.status if response is not None else 0, elapsed)
         if not self.sink.enabled:
             return
         self._clock.refresh(time.time())
