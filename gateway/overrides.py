@@ -8,12 +8,13 @@ from types import MappingProxyType
 
 from gateway.config.reader import host_port
 from gateway.config.schema import ConfigSpec, ServerSpec, UpstreamSpec
+from gateway.config.servers import ListenSpec
 from gateway.errors import ConfigError, ConfigErrors
 
 
 @dataclass(frozen=True, slots=True)
 class Overrides:
-    listen: tuple[tuple[str, int], ...] = ()
+    listen: tuple[ListenSpec, ...] = ()
     upstreams: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
     workers: int | None = None
 
@@ -23,7 +24,10 @@ class Overrides:
         parsed_listen = []
         for item in listen:
             try:
-                parsed_listen.append(host_port()(item))
+                address, _, flag = item.strip().partition(" ")
+                if flag.strip() not in ("", "ssl"):
+                    raise ValueError(f"expected host:port or 'host:port ssl', got {item!r}")
+                parsed_listen.append(ListenSpec(*host_port()(address), ssl=flag.strip() == "ssl"))
             except ValueError as exc:
                 errors.append(ConfigError(str(exc), file="--listen"))
         parsed_up = []

@@ -8,7 +8,8 @@ context; a text without variables costs nothing but returning it.
 Variables: those of limit keys except ``$binary_remote_addr`` (``$remote_addr``,
 ``$uri``, ``$request_uri``, ``$host``, ``$request_method``, ``$server_port``,
 ``$scheme``, ``$http_<name>``, ``$arg_<name>``, ``$cookie_<name>``), plus ``$args``,
-``$realip_remote_addr``, ``$server_name`` and ``$proxy_add_x_forwarded_for`` (the
+``$realip_remote_addr``, ``$server_name``, ``$ssl_protocol``, ``$ssl_cipher``, ``$https``
+and ``$proxy_add_x_forwarded_for`` (the
 client's ``X-Forwarded-For`` with ``$remote_addr`` appended). CR, LF and NUL never
 reach a header: they are replaced by a space.
 """
@@ -28,7 +29,15 @@ if TYPE_CHECKING:
 
 ValueFn = Callable[["RequestContext"], str]
 _CONTROL = re.compile(r"[\r\n\x00]")
-_EXTRA = ("args", "realip_remote_addr", "server_name", "proxy_add_x_forwarded_for")
+_EXTRA = (
+    "args",
+    "realip_remote_addr",
+    "server_name",
+    "proxy_add_x_forwarded_for",
+    "ssl_protocol",
+    "ssl_cipher",
+    "https",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +108,12 @@ def _variable(name: str) -> ValueFn:
         return _server_name
     if name == "proxy_add_x_forwarded_for":
         return _proxy_add_x_forwarded_for
+    if name == "ssl_protocol":
+        return lambda ctx: ctx.ssl_protocol
+    if name == "ssl_cipher":
+        return lambda ctx: ctx.ssl_cipher
+    if name == "https":
+        return lambda ctx: ctx.https
     fn = key_variable(name)
     return lambda ctx: fn(ctx).decode("utf-8", "surrogateescape")
 

@@ -20,7 +20,7 @@ import socket
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
-from gateway.config.servers import ServerName, wildcard_of
+from gateway.config.servers import ListenSpec, ServerName, wildcard_of
 
 S = TypeVar("S")
 
@@ -87,11 +87,11 @@ def _ip(host: str) -> str:
 class ServerTable(Generic[S]):
     """Every listen address's ``NameTable``."""
 
-    def __init__(self, servers: Sequence[tuple[tuple[ServerName, ...], tuple[tuple[str, int], ...], bool, S]]) -> None:
+    def __init__(self, servers: Sequence[tuple[tuple[ServerName, ...], tuple[ListenSpec, ...], bool, S]]) -> None:
         members: dict[tuple[str, int], list[tuple[tuple[ServerName, ...], bool, S]]] = {}
         for names, listen, is_default, server in servers:
-            for host, port in listen:
-                members.setdefault((_ip(host), port), []).append((names, is_default, server))
+            for entry in listen:
+                members.setdefault((_ip(entry.host), entry.port), []).append((names, is_default, server))
         self.by_address = {addr: NameTable(group) for addr, group in members.items()}
         self.first = next(iter(self.by_address.values()))
 

@@ -238,16 +238,25 @@ def test_hostile_configs_are_refused_with_a_line_not_a_crash(tmp_path: Path) -> 
         assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_a_tls_only_server_is_left_out_not_moved_to_port_80(tmp_path: Path) -> None:
+def test_tls_listen_and_certificates_translate_and_http2_is_left_out(tmp_path: Path) -> None:
     conf = tmp_path / "nginx.conf"
     conf.write_text(
-        "http { server { listen 443 ssl; location / { proxy_pass http://127.0.0.1:9000; } }\n"
-        "       server { listen 8080; location / { proxy_pass http://127.0.0.1:9000; } } }\n"
+        "http { ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m;\n"
+        "  server { listen 443 ssl; server_name a.test; ssl_certificate /etc/a.crt; ssl_certificate_key /etc/a.key;\n"
+        "           location / { proxy_pass http://127.0.0.1:9000; } }\n"
+        "  server { listen 8443 http2; location / { proxy_pass http://127.0.0.1:9000; } }\n"
+        "  server { listen 8080; location / { proxy_pass http://127.0.0.1:9000; } } }\n"
     )
     result = _gateway("import-nginx", str(conf))
     assert result.returncode == 2
-    assert "nginx.conf:1: listen 443 ssl;" in result.stderr and "server left out" in result.stderr
-    assert yaml.safe_load(result.stdout)["listen"] == "0.0.0.0:8080"
+    doc = yaml.safe_load(result.stdout)
+    assert doc["ssl_protocols"] == "TLSv1.2 TLSv1.3"
+    tls = next(s for s in doc["servers"] if s.get("server_name") == ["a.test"])
+    assert tls["listen"] == ["0.0.0.0:443 ssl"]
+    assert (tls["ssl_certificate"], tls["ssl_certificate_key"]) == ("/etc/a.crt", "/etc/a.key")
+    assert "nginx.conf:4: listen 8443 http2;" in result.stderr and "server left out" in result.stderr
+    assert "nginx.conf:1: ssl_session_cache shared:SSL:10m; -- no gateway equivalent" in result.stderr
+    assert [s["listen"] for s in doc["servers"]] == [["0.0.0.0:443 ssl"], ["0.0.0.0:8080"]]
 
 
 def test_global_settings_below_their_level_are_skipped_or_override_like_nginx(tmp_path: Path) -> None:

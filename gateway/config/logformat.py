@@ -20,6 +20,7 @@ VARIABLES = frozenset(
         "body_bytes_sent", "request_time", "upstream_addr", "upstream_status", "upstream_response_time",
         "limit_req_status", "limit_conn_status", "limit_count_status", "route", "server_port", "scheme", "pid",
         "limit_gcra_status", "limit_sliding_log_status", "limit_token_status", "server_name",
+        "ssl_protocol", "ssl_cipher", "https",
     }
 )  # fmt: skip
 VARIABLE = re.compile(r"\$(?:\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")

@@ -14,12 +14,32 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config.reader import Reader, as_bool
 from gateway.errors import KeyPath
 
+if TYPE_CHECKING:
+    from gateway.config.tls import TlsSpec
+
 SERVER_KEYS = ("server_name", "listen", "default_server", "routes")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenSpec:
+    """One ``listen`` entry: an address to bind, and whether it speaks TLS (nginx's ``ssl``)."""
+
+    host: str
+    port: int
+    ssl: bool = False
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}" + (" ssl" if self.ssl else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +63,10 @@ class ServerName:
 class VirtualServerSpec:
     index: int
     names: tuple[ServerName, ...]
-    listen: tuple[tuple[str, int], ...]
+    listen: tuple[ListenSpec, ...]
     default: bool
     routes: tuple[Any, ...]  # RouteSpec
+    tls: TlsSpec | None = None  # this server's certificates and ssl_* settings (the top level's when unset)
 
     @property
     def name(self) -> str:
@@ -84,9 +105,11 @@ def parse_server_name(value: Any) -> ServerName:
 def parse_servers(
     r: Reader,
     value: Any,
-    default_listen: tuple[tuple[str, int], ...],
-    listen_of: Callable[[Any, KeyPath], tuple[tuple[str, int], ...]],
+    default_listen: tuple[ListenSpec, ...],
+    listen_of: Callable[[Any, KeyPath], tuple[ListenSpec, ...]],
     routes_of: Callable[[Any, KeyPath], tuple[Any, ...]],
+    tls_of: Callable[[dict[str, Any], KeyPath], TlsSpec | None] = lambda data, path: None,
+    extra_keys: tuple[str, ...] = (),
 ) -> tuple[VirtualServerSpec, ...]:
     items = r.sequence(value, ("servers",))
     if isinstance(value, list) and not items:
@@ -95,7 +118,7 @@ def parse_servers(
     defaults_at: dict[tuple[str, int], int] = {}
     for i, item in enumerate(items):
         path: KeyPath = ("servers", i)
-        data = r.mapping(item, path, SERVER_KEYS, required=("routes",))
+        data = r.mapping(item, path, SERVER_KEYS + extra_keys, required=("routes",))
         if data is None:
             continue
         names: list[ServerName] = []
@@ -109,7 +132,8 @@ def parse_servers(
         listen = listen_of(data["listen"], path + ("listen",)) if "listen" in data else default_listen
         default = bool(r.field(data, "default_server", path, as_bool, False))
         if default:
-            for addr in listen:
+            for entry in listen:
+                addr = entry.address
                 if addr in defaults_at:
                     r.error(
                         path + ("default_server",),
@@ -117,20 +141,34 @@ def parse_servers(
                     )
                 defaults_at.setdefault(addr, i)
         routes = routes_of(data["routes"], path + ("routes",)) if "routes" in data else ()
-        out.append(VirtualServerSpec(index=i, names=tuple(names), listen=listen, default=default, routes=routes))
+        tls = tls_of(data, path)
+        out.append(
+            VirtualServerSpec(index=i, names=tuple(names), listen=listen, default=default, routes=routes, tls=tls)
+        )
     return tuple(out)
 
 
-def bound_addresses(servers: tuple[VirtualServerSpec, ...]) -> tuple[tuple[str, int], ...]:
+def bound_addresses(servers: tuple[VirtualServerSpec, ...]) -> tuple[ListenSpec, ...]:
     """Every address to bind, in order; a specific address on a port that a wildcard
-    (0.0.0.0 or ::) of its family already covers is served by that socket, as in nginx."""
-    seen: list[tuple[str, int]] = []
+    (0.0.0.0 or ::) of its family already covers is served by that socket, as in nginx.
+    An address is TLS when any server lists it with ``ssl`` (nginx: ``ssl`` belongs to the socket)."""
+    seen: dict[tuple[str, int], bool] = {}
     for server in servers:
-        for addr in server.listen:
-            if addr not in seen:
-                seen.append(addr)
+        for entry in server.listen:
+            seen[entry.address] = seen.get(entry.address, False) or entry.ssl
     wild = {(wildcard_of(host), port) for host, port in seen if host in ("0.0.0.0", "::")}
-    return tuple(a for a in seen if a[0] in ("0.0.0.0", "::") or (wildcard_of(a[0]), a[1]) not in wild)
+    return tuple(
+        ListenSpec(a[0], a[1], tls)
+        for a, tls in seen.items()
+        if a[0] in ("0.0.0.0", "::") or (wildcard_of(a[0]), a[1]) not in wild
+    )
+
+
+def serves(bound: ListenSpec, entry: ListenSpec) -> bool:
+    """The socket bound for ``bound`` takes the connections of the listen entry ``entry``."""
+    if bound.port != entry.port:
+        return False
+    return bound.host == entry.host or (bound.host in ("0.0.0.0", "::") and wildcard_of(entry.host) == bound.host)
 
 
 def wildcard_of(host: str) -> str:

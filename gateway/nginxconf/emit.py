@@ -59,6 +59,7 @@ def _server_doc(server: Server, emit_future: bool) -> list[str]:
     head["listen"] = server.listen
     if server.default:
         head["default_server"] = True
+    head.update(server.tls)
     lines = ["- " + _dump(head).replace("\n", "\n  ").rstrip()]
     lines.append("  routes:")
     for route in server.routes:
@@ -85,7 +86,7 @@ def render(result: Result, source: str, emit_future: bool = True) -> str:
         return "\n".join(line for line in out if line) + "\n"
     main = _main_server(servers)
     if main is not None:
-        doc = {"listen": main.listen if len(main.listen) > 1 else main.listen[0], **doc}
+        doc = {"listen": main.listen if len(main.listen) > 1 else main.listen[0], **doc, **main.tls}
     if doc:
         out.append(_dump(doc).rstrip())
     out.append("routes:" if main is not None and main.routes else "routes: []")

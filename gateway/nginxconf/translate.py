@@ -40,6 +40,7 @@ from gateway.nginxconf.values import (
 from gateway.valuetemplate import parse_value
 
 Doc = dict[str, Any]
+SSL_DIRECTIVES = ("ssl_certificate", "ssl_certificate_key", "ssl_protocols", "ssl_ciphers", "ssl_session_tickets")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ class Server:
     listen: list[str] = field(default_factory=list)
     default: bool = False
     routes: list[Route] = field(default_factory=list)
+    tls: Doc = field(default_factory=dict)  # the server's own ssl_* keys
 
 
 @dataclass(slots=True)
@@ -149,7 +151,9 @@ class _Translator:
         for d in block:
             if d.name in ("server", "location") or self.setting(d, scope, level="http"):
                 continue
-            if not self.global_directive(d, scope, level="http"):
+            if d.name in SSL_DIRECTIVES:
+                self.ssl(d, self.r.doc)
+            elif not self.global_directive(d, scope, level="http"):
                 self.skip(d, unsupported(d))
         for d in block:
             if d.name == "location":
@@ -206,6 +210,8 @@ class _Translator:
                 self.listen(x, server)
             elif x.name == "server_name":
                 server.names.extend(self.server_names(x))
+            elif x.name in SSL_DIRECTIVES:
+                self.ssl(x, server.tls)
             elif x.name == "return":
                 self.skip(x, "a server-level return: write it as a location / with return (needs return routes)")
             elif not self.global_directive(x, scope, level="server", single=single):
@@ -226,12 +232,13 @@ class _Translator:
             self.skip(d, "listen needs an address")
             return
         address, params = d.args[0], d.args[1:]
-        bad = [p for p in params if p.split("=")[0] not in ("default_server", "default", "reuseport", "backlog")]
+        known = ("default_server", "default", "reuseport", "backlog", "ssl")
+        bad = [p for p in params if p.split("=")[0] not in known]
         if address.startswith("unix:"):
             self.skip(d, "the gateway listens on TCP only (no unix: sockets)")
             return
         if bad:
-            self.skip(d, f"listen parameters {' '.join(bad)} are not supported (no TLS/HTTP2/QUIC/PROXY protocol)")
+            self.skip(d, f"listen parameters {' '.join(bad)} are not supported (no HTTP2/QUIC/PROXY protocol)")
             return
         if address.isdigit():
             address = f"0.0.0.0:{address}"
@@ -239,7 +246,7 @@ class _Translator:
             address = "0.0.0.0:" + address[2:]
         elif ":" not in address.replace("[::]", "").rsplit("]", 1)[-1]:
             address = f"{address}:80"
-        server.listen.append(address)
+        server.listen.append(f"{address} ssl" if "ssl" in params else address)
         if "default_server" in params or "default" in params:
             server.default = True
         extra = [p for p in params if p.split("=")[0] in ("reuseport", "backlog")]
@@ -247,6 +254,25 @@ class _Translator:
             self.r.notes.append(
                 f"{d.where}: listen {' '.join(extra)}: not needed (the gateway sets SO_REUSEPORT itself)"
             )
+
+    def ssl(self, d: Directive, into: Doc) -> None:
+        """``ssl_certificate``, ``ssl_certificate_key``, ``ssl_protocols``, ``ssl_ciphers``,
+        ``ssl_session_tickets``: the gateway's keys of the same names, at the same level."""
+        key = d.name
+        if not d.args:
+            self.skip(d, f"{key} needs a value")
+        elif key in ("ssl_certificate", "ssl_certificate_key") and key in into:
+            self.skip(d, f"a second {key} (nginx's RSA + ECDSA pair): the gateway serves one per name")
+        elif key in ("ssl_certificate", "ssl_certificate_key") and "$" in d.args[0]:
+            self.skip(d, f"{key} with variables: list the certificates in ssl_certificates instead")
+        elif key == "ssl_protocols":
+            if any(p in ("SSLv2", "SSLv3") for p in d.args):
+                self.r.notes.append(f"{d.where}: ssl_protocols: SSLv2/SSLv3 dropped (Python's ssl has neither)")
+            into[key] = " ".join(p for p in d.args if p not in ("SSLv2", "SSLv3")) or "TLSv1.2 TLSv1.3"
+        elif key == "ssl_session_tickets":
+            into[key] = d.args[0] == "on"
+        else:
+            into[key] = d.args[0]
 
     # -- settings inherited by locations --------------------------------------------------------
 

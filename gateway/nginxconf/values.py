@@ -56,8 +56,10 @@ REDIRECT_CODES = (301, 302, 303, 307, 308)
 def unsupported(d: Directive) -> str:
     if d.name in ("map", "geo", "split_clients", "if", "limit_except", "types"):
         return f'"{d.name}" blocks are not supported'
-    if d.name.startswith(("ssl_", "http2", "quic", "http3")):
-        return "TLS and HTTP/2/3 are not supported: terminate them in front of the gateway"
+    if d.name.startswith("ssl_"):
+        return "no gateway equivalent (TLS: ssl_certificate, ssl_certificate_key, ssl_protocols, ssl_ciphers)"
+    if d.name.startswith(("http2", "quic", "http3")):
+        return "HTTP/2 and HTTP/3 are not supported: terminate them in front of the gateway"
     if d.name.startswith(("fastcgi_", "uwsgi_", "scgi_", "grpc_", "memcached_")):
         return "only HTTP proxying is supported"
     if d.name in ("rewrite", "try_files", "root", "alias", "index", "autoindex", "gzip", "sendfile"):
