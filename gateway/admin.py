@@ -2,7 +2,12 @@
 
     GET    /healthz           "ok"                                    (no token needed)
     GET    /readyz            {"ready": true} or 503 {"ready": false, "reason": ...}  (no token needed)
+    GET    /                  the status page (HTML without data; its script asks for the token)
+    GET    /status/page.js, /status/page.css, /favicon.ico   the page's own files (no token needed)
     GET    /status            JSON: version, pid, store, Redis circuit, zones, bans
+    GET    /status/activity   JSON for the status page: per-zone passed/delayed/rejected per 10 s
+                              bucket, the most rejected keys, upstream health, the Redis circuit,
+                              the config hash and reload time (gateway/activity.py)
     GET    /bans              JSON list of bans in force, sorted by target; X-Total-Count: how many
                               match. ?match=10.0.0.0/8 &reason=feed &limit=100 &offset=0
                               (limit defaults to 1000, at most 100000)
@@ -13,9 +18,18 @@
                                force applies to all) -> {"banned": N, "refused": [...], "invalid": [...]}
     DELETE /bans/{target}     target URL-encoded (10.0.0.0%2F8)
     POST   /bans/remove       {"targets": [...]} -> {"removed": N, "not_banned": [...], "invalid": [...]}
-    POST   /reload            like SIGHUP; answers the configuration errors, if any
+    GET    /zones/{zone}/{key}  JSON: one key's state (excess, remaining, banned_for_ms, ... by zone type);
+                              the key as text (a client IP for $binary_remote_addr), URL-encoded; 404
+                              for an unknown zone or a key with no state
+    DELETE /zones/{zone}/{key}  reset that key's state (404 when it had none)
+    GET    /config            JSON: the configuration in force, secrets redacted (gateway/config_view.py)
+    POST   /reload            like SIGHUP -> {"reloaded": bool, "errors": [...], "notes": [...]}: errors
+                              (bad config, a new listen address that cannot be bound) keep the running
+                              configuration; notes say what needs a restart
+    GET    /metrics           Prometheus text format: the node's metrics (gateway/metrics); needs the
+                              token like every call (``metrics.listen`` serves them without one)
 
-Every call but the two probes needs ``Authorization: Bearer <token>``: ``admin.token``, or,
+Every call but the two probes and the page's static files needs ``Authorization: Bearer <token>``: ``admin.token``, or,
 when none is configured, a random one written to ``admin.token_file`` for the CLI
 (``gateway/admin_token.py``). Browser-driven requests are refused before that
 (``gateway/admin_guard.py``), and dangerous bans need ``force`` (``gateway/ban_policy.py``).
@@ -33,14 +47,19 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
-from gateway import __version__, admin_guard, admin_token, errorlog
+from gateway import __version__, admin_guard, admin_token, errorlog, statuspage
 from gateway.ban_policy import BanPolicy
 from gateway.bans import Ban, LocalBans, RedisBans, canonical_target, epoch_ms
 from gateway.config.schema import ConfigSpec
 from gateway.config.units import parse_duration_ms
+from gateway.config_view import config_view
+from gateway.metrics.config import CONTENT_TYPE
+from gateway.zone_state import UnknownZone, ZoneState
 
 Bans = LocalBans | RedisBans
+ReloadReply = tuple[list[str], list[str]]  # (errors: nothing changed when any; notes: what did not apply)
 T = TypeVar("T")
 log = errorlog.log
 
@@ -61,7 +80,7 @@ class AdminApi:
     def __init__(
         self,
         bans: Bans,
-        reload: Callable[[], Awaitable[list[str]]],
+        reload: Callable[[], Awaitable[ReloadReply]],
         status: Callable[[], dict[str, Any]],
         token: str,
         *,
@@ -69,7 +88,12 @@ class AdminApi:
         serving: Callable[[], bool] = lambda: True,
         loopback: bool = True,
         token_file: str | None = None,
+        activity: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+        zone_state: ZoneState | None = None,
+        metrics: Callable[[], Awaitable[bytes]] | None = None,
     ) -> None:
+        self.zone_state = zone_state  # one key's limit state, in the embedded store or Redis
+        self.metrics = metrics  # the Prometheus text of the node (gateway/metrics)
         self.bans = bans
         self.reload = reload
         self.status = status
@@ -78,6 +102,7 @@ class AdminApi:
         self.serving = serving
         self.loopback = loopback  # the listener is on loopback: Host must be a loopback name
         self.token_file = token_file  # where the generated token was published (None: admin.token)
+        self.activity = activity  # the status page's data (None: this process has none)
         self.started = time.time()
         self.runner: web.AppRunner | None = None
 
@@ -85,12 +110,21 @@ class AdminApi:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/", self._page)
+        app.router.add_get("/status/page.js", self._page_file)
+        app.router.add_get("/status/page.css", self._page_file)
+        app.router.add_get("/favicon.ico", self._page_file)
         app.router.add_get("/status", self._status)
+        app.router.add_get("/status/activity", self._activity)
         app.router.add_get("/bans", self._list)
         app.router.add_post("/bans", self._add)
         app.router.add_post("/bans/remove", self._remove_many)
         app.router.add_delete("/bans/{target:.+}", self._remove)
         app.router.add_post("/reload", self._reload)
+        app.router.add_get("/config", self._config)
+        app.router.add_get("/zones/{zone}/{key:.+}", self._zone_show)
+        app.router.add_delete("/zones/{zone}/{key:.+}", self._zone_reset)
+        app.router.add_get("/metrics", self._metrics)
         return app
 
     async def start(self, host: str, port: int) -> None:
@@ -107,6 +141,9 @@ class AdminApi:
             raise
 
     async def close(self) -> None:
+        closer = getattr(self.zone_state, "close", None)
+        if closer is not None:
+            await closer()
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
@@ -118,7 +155,8 @@ class AdminApi:
     async def _guard(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        refused = admin_guard.refusal(request, loopback_listener=self.loopback)
+        page = request.match_info.handler == self._page
+        refused = admin_guard.refusal(request, loopback_listener=self.loopback, page=page)
         if refused is not None:
             return _json({"error": refused[1]}, refused[0])
         if not self._public(request):
@@ -132,7 +170,12 @@ class AdminApi:
 
     def _public(self, request: web.Request) -> bool:
         handler = request.match_info.handler
-        return request.method in ("GET", "HEAD") and handler in (self._healthz, self._readyz)
+        return request.method in ("GET", "HEAD") and handler in (
+            self._healthz,
+            self._readyz,
+            self._page,
+            self._page_file,
+        )
 
     def _token_problem(self, request: web.Request) -> str | None:
         values = request.headers.getall("Authorization", ())
@@ -173,6 +216,19 @@ class AdminApi:
     async def _status(self, request: web.Request) -> web.Response:
         body = {"version": __version__, "pid": os.getpid(), "uptime_s": round(time.time() - self.started, 1)}
         body.update(self.status())
+        return _json(body)
+
+    async def _page(self, request: web.Request) -> web.Response:
+        return statuspage.response("page.html")
+
+    async def _page_file(self, request: web.Request) -> web.Response:
+        return statuspage.response(request.path.rsplit("/", 1)[-1])
+
+    async def _activity(self, request: web.Request) -> web.Response:
+        if self.activity is None:
+            return _json({"error": "no activity data on this process"}, 404)
+        body = await self.activity()
+        body["now_ms"] = epoch_ms()
         return _json(body)
 
     async def _list(self, request: web.Request) -> web.Response:
@@ -270,19 +326,58 @@ class AdminApi:
         found = await self._store(self.bans.remove(target))
         return _json({"target": target, "removed": found}, 200 if found else 404)
 
+    async def _zone_show(self, request: web.Request) -> web.Response:
+        return await self._zone_call(request, reset=False)
+
+    async def _zone_reset(self, request: web.Request) -> web.Response:
+        return await self._zone_call(request, reset=True)
+
+    async def _zone_call(self, request: web.Request, *, reset: bool) -> web.Response:
+        zone, key = unquote(request.match_info["zone"]), unquote(request.match_info["key"])
+        if self.zone_state is None:
+            return _json({"error": "zone state is not available on this node"}, 501)
+        try:
+            if reset:
+                found = await self.zone_state.reset(zone, key)
+                return _json({"zone": zone, "key": key, "reset": found}, 200 if found else 404)
+            state = await self.zone_state.show(zone, key)
+        except UnknownZone:
+            return _json({"error": f"unknown zone {zone!r}"}, 404)
+        except ValueError as exc:
+            return _json({"error": str(exc)}, 400)
+        except (OSError, TimeoutError, RedisError) as exc:
+            log.warning("admin API: reading zone state failed: %s", type(exc).__name__)
+            return _json({"error": "the limit store (Redis) is unavailable; try again later"}, 503)
+        if state is None:
+            return _json({"error": f"no state for {key!r} in zone {zone!r}", "zone": zone, "key": key}, 404)
+        return _json(state)
+
+    async def _config(self, request: web.Request) -> web.Response:
+        spec = self.config()
+        text = await asyncio.to_thread(lambda: json.dumps(config_view(spec), indent=1) + "\n")
+        return web.Response(text=text, content_type="application/json")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if self.metrics is None:
+            return _json({"error": "no metrics here"}, 404)
+        return web.Response(body=await self.metrics(), headers={"Content-Type": CONTENT_TYPE})
+
     async def _reload(self, request: web.Request) -> web.Response:
-        errors = await self.reload()
-        return _json({"reloaded": not errors, "errors": errors}, 200 if not errors else 400)
+        errors, notes = await self.reload()
+        return _json({"reloaded": not errors, "errors": errors, "notes": notes}, 200 if not errors else 400)
 
 
 async def serve_admin(
     spec: ConfigSpec,
     bans: Bans,
-    reload: Callable[[], Awaitable[list[str]]],
+    reload: Callable[[], Awaitable[ReloadReply]],
     status: Callable[[], dict[str, Any]],
     *,
     config: Callable[[], ConfigSpec],
     serving: Callable[[], bool],
+    activity: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    zone_state: ZoneState | None = None,
+    metrics: Callable[[], Awaitable[bytes]] | None = None,
 ) -> AdminApi | None:
     """Start the admin API on ``admin.listen`` (None, logged, when it cannot start)."""
     assert spec.admin.listen is not None
@@ -300,6 +395,9 @@ async def serve_admin(
         serving=serving,
         loopback=admin_guard.is_loopback_host(host),
         token_file=token_file,
+        activity=activity,
+        zone_state=zone_state,
+        metrics=metrics,
     )
     try:
         await api.start(host, port)

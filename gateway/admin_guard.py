@@ -8,7 +8,9 @@ then treats as same-origin. So:
 * a mutating call must be ``Content-Type: application/json`` (a browser cannot
   send that cross-origin without a preflight, and preflights are refused);
 * a request with an ``Origin`` other than the listener's own is refused, and so
-  is one a browser marks ``Sec-Fetch-Site: cross-site`` or ``same-site``;
+  is one a browser marks ``Sec-Fetch-Site: cross-site`` or ``same-site``, except
+  a top-level navigation to the status page (a link from a runbook): that page
+  holds no data, cannot be framed, and its own calls are same-origin;
 * on a loopback listener the ``Host`` must be a loopback name or address.
 
 Each check returns the refusal's reason, or None; none echoes request bytes.
@@ -57,8 +59,10 @@ def host_of(authority: str) -> str | None:
     return host or None
 
 
-def refusal(request: web.Request, *, loopback_listener: bool) -> tuple[int, str] | None:
-    """(status, reason) when the request must be refused before authentication."""
+def refusal(request: web.Request, *, loopback_listener: bool, page: bool = False) -> tuple[int, str] | None:
+    """(status, reason) when the request must be refused before authentication.
+
+    ``page``: the request is for the status page's HTML (public, without data)."""
     headers = request.headers
     if request.method == "OPTIONS":
         return 403, "the admin API does not answer CORS preflights"
@@ -70,11 +74,22 @@ def refusal(request: web.Request, *, loopback_listener: bool) -> tuple[int, str]
     origins = headers.getall("Origin", ())
     if origins and not all(_own_origin(request, origin) for origin in origins):
         return 403, "cross-origin requests are refused"
-    if headers.get("Sec-Fetch-Site", "").strip().lower() in ("cross-site", "same-site"):
+    if headers.get("Sec-Fetch-Site", "").strip().lower() in ("cross-site", "same-site") and not (
+        page and request.method in ("GET", "HEAD") and _navigation(request)
+    ):
         return 403, "cross-site requests are refused"
     if request.method in MUTATING and request.content_type != "application/json":
         return 415, "this call needs Content-Type: application/json"
     return None
+
+
+def _navigation(request: web.Request) -> bool:
+    """A browser opening a document in a tab (not a fetch, not a frame: the page also forbids framing)."""
+    headers = request.headers
+    return (
+        headers.get("Sec-Fetch-Mode", "").strip().lower() == "navigate"
+        and headers.get("Sec-Fetch-Dest", "").strip().lower() == "document"
+    )
 
 
 def _own_origin(request: web.Request, origin: str) -> bool:

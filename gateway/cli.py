@@ -2,11 +2,14 @@
 
     gateway run   [-c conf/limits.yaml] [--listen ADDR]... [--upstream NAME=ADDR[,ADDR]]... [--workers N]
     gateway check [-c conf/limits.yaml]          like nginx -t: every error with file:line: key: reason
-    gateway reload [-c ...]                      like nginx -s reload (through the admin API)
+    gateway reload [-c ...] [--pid FILE]         like nginx -s reload (through the admin API, which reports
+                                                 errors; SIGHUP through the pid file with --pid or admin off)
+    gateway stop   [-c ...] [--pid FILE] [--timeout 60s]   like nginx -s quit: SIGTERM, wait for the exit
     gateway ban <ip|cidr> [--for 1h] [--reason TEXT] [--force] [-c ...]
     gateway ban --file blocklist.txt [--for 1d] [--reason feed] [--force]   one IP/CIDR a line; - = stdin
     gateway unban <ip|cidr> | --file blocklist.txt [-c ...]
     gateway bans [--match 10.0.0.0/8] [--reason TEXT] [--limit 100] [--offset 0] [--json] [-c ...]
+    gateway zone show|reset ZONE KEY [-c ...]    one key's limit state (admin API /zones/ZONE/KEY)
     gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
     gateway import-nginx <nginx.conf> [-o limits.yaml] [--emit-future]
     gateway replay <access.log> [-c limits.yaml] [--format F] [--json] [--html report.html]
@@ -30,7 +33,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from gateway import __version__, errorlog
+from gateway import __version__, errorlog, pidfile
 from gateway.background import spawn
 from gateway.config import load_config
 from gateway.errors import ConfigErrors, GatewayError
@@ -51,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="ADDR",
-        help="listen on ADDR instead of the file's listen (repeatable)",
+        help="listen on ADDR instead of the file's listen (repeatable; 'ADDR ssl' for TLS)",
     )
     run.add_argument(
         "--upstream",
@@ -68,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
 
     reload = sub.add_parser("reload", help="reload the running gateway's configuration (like nginx -s reload)")
     reload.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+    reload.add_argument(
+        "--pid", metavar="FILE", help="send SIGHUP to the process in this pid file instead of calling the admin API"
+    )
+
+    stop = sub.add_parser("stop", help="stop the running gateway gracefully (like nginx -s quit) and wait")
+    stop.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+    stop.add_argument("--pid", metavar="FILE", help="the pid file (default: the config's pid)")
+    stop.add_argument("--timeout", default="60s", help="how long to wait for the drain (default: %(default)s)")
 
     ban = sub.add_parser("ban", help="ban an IP address or CIDR on every route of every node")
     ban.add_argument("target", nargs="?", help="an IP address or CIDR, e.g. 203.0.113.7 or 10.0.0.0/8")
@@ -97,6 +108,12 @@ def _parser() -> argparse.ArgumentParser:
     bans.add_argument("--reason", help="only bans with exactly this reason")
     bans.add_argument("--limit", type=int, default=100, help="how many to show (default: %(default)s)")
     bans.add_argument("--offset", type=int, default=0, help="how many to skip first (default: %(default)s)")
+
+    zone = sub.add_parser("zone", help="see or reset one key's limit state (through the admin API)")
+    zone.add_argument("action", choices=("show", "reset"))
+    zone.add_argument("zone", help="the zone's name")
+    zone.add_argument("key", help="the key as text: a client IP for $binary_remote_addr zones")
+    zone.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
 
     demo = sub.add_parser("demo-upstream", help="run a small echo upstream to try the gateway with")
     demo.add_argument(
@@ -141,7 +158,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gateway.replay.command import run_replay
 
             return run_replay(args)
-        if args.command in ("reload", "ban", "unban", "bans"):
+        if args.command == "stop":
+            from gateway.process_control import run_stop
+
+            return run_stop(args)
+        if args.command == "reload" and (args.pid or _admin_off(args.config)):
+            from gateway.process_control import signal_reload
+
+            return signal_reload(args)
+        if args.command in ("reload", "ban", "unban", "bans", "zone"):
             from gateway.control import run_control
 
             return run_control(args)
@@ -156,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     _parser().print_help()
     return 1
+
+
+def _admin_off(config_path: str) -> bool:
+    return load_config(config_path).spec.admin.listen is None
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -190,33 +219,68 @@ def _run(args: argparse.Namespace) -> int:
 
     if not args.worker:
         raise_fd_limit(spec.edge.worker_connections)  # workers inherit it
+    pid_path = None if args.worker else spec.pid
+    if pid_path is not None:
+        pidfile.check_free(pid_path)  # before anything binds: a second start is refused, not a bind error
     workers = spec.workers or (os.cpu_count() or 1)
     if args.worker or workers == 1:
-        return _event_loop_run(_serve(args.config, config, overrides, in_worker=args.worker))
+        return _event_loop_run(_serve(args.config, config, overrides, in_worker=args.worker, pid_path=pid_path))
+    from gateway.listeners import BindFailed, check_bindable
     from gateway.supervisor import Supervisor
 
+    try:  # the workers bind; the master checks first, so a taken port fails the start, not each worker
+        check_bindable(spec.listen)
+    except BindFailed as exc:
+        errorlog.log.critical("could not start listening: %s", exc)
+        return 1
     passthrough: list[str] = []
     for item in args.listen:
         passthrough += ["--listen", item]
     for item in args.upstream:
         passthrough += ["--upstream", item]
-    return _event_loop_run(Supervisor(args.config, config, passthrough, workers, overrides).run())
+    _write_pid(pid_path, args.config)
+    try:
+        return _event_loop_run(Supervisor(args.config, config, passthrough, workers, overrides).run())
+    finally:
+        if pid_path is not None:
+            pidfile.remove(pid_path)
 
 
-async def _serve(config_path: str, config: Any, overrides: Overrides, *, in_worker: bool) -> int:
+def _write_pid(path: str | None, config_path: str) -> None:
+    """A configured ``pid:`` that cannot be written refuses the start (PidFileError); the default
+    one is logged and skipped, as the generated admin token is: the proxy still serves."""
+    if path is None:
+        return
+    try:
+        if pidfile.write(path):
+            errorlog.log.log(errorlog.NOTICE, "took over the stale pid file %s", path)
+    except pidfile.PidFileError as exc:
+        if path != pidfile.default_path(config_path):
+            raise
+        errorlog.log.error("%s; running without a pid file (set pid: to a path, or pid: off)", exc)
+
+
+async def _serve(
+    config_path: str, config: Any, overrides: Overrides, *, in_worker: bool, pid_path: str | None = None
+) -> int:
     from gateway.server import GatewayServer
 
     server = GatewayServer(config_path, config, reuse_port=in_worker, overrides=overrides)
     try:
         await server.start()
-    except OSError as exc:
-        errorlog.log.critical("could not start listening: %s", exc)
+        _write_pid(pid_path, config_path)
+    except (OSError, pidfile.PidFileError) as exc:
+        errorlog.log.critical("could not start listening: %s" if isinstance(exc, OSError) else "%s", exc)
         await server.stop()
         return 1
-    server.install_signal_handlers()
-    if in_worker:
-        spawn(_exit_with_parent(server))
-    await server.stopped.wait()
+    try:
+        server.install_signal_handlers()
+        if in_worker:
+            spawn(_exit_with_parent(server))
+        await server.stopped.wait()
+    finally:
+        if pid_path is not None:
+            pidfile.remove(pid_path)
     return 0
 
 

@@ -41,6 +41,7 @@ class RequestContext:
         "server_port",
         "started",
         "status",
+        "tls",
         "upstream_addr",
         "upstream_host",
         "upstream_status",
@@ -49,8 +50,11 @@ class RequestContext:
         "version",
     )
 
-    def __init__(self, request: BaseRequest, started: float, peer: ClientAddr, scheme: str, server_port: int) -> None:
+    def __init__(
+        self, request: BaseRequest, started: float, peer: ClientAddr, scheme: str, server_port: int, tls: Any = None
+    ) -> None:
         self.request = request
+        self.tls = tls  # the ssl.SSLObject of a TLS connection: $ssl_protocol, $ssl_cipher
         self.started = started
         self.method: str = request.method
         message = request._message  # the parsed request line, without re-encoding
@@ -98,6 +102,19 @@ class RequestContext:
         self.body_bytes_sent = -1
         self.logged = False
         self.extra: dict[str, str] | None = None
+
+    @property
+    def ssl_protocol(self) -> str:
+        return str(self.tls.version() or "") if self.tls is not None else ""
+
+    @property
+    def ssl_cipher(self) -> str:
+        cipher = self.tls.cipher() if self.tls is not None else None
+        return str(cipher[0]) if cipher else ""
+
+    @property
+    def https(self) -> str:
+        return "on" if self.tls is not None else ""
 
     @property
     def path_only(self) -> str:

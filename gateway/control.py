@@ -63,13 +63,34 @@ async def _dispatch(args: argparse.Namespace, spec: ConfigSpec) -> int:
                 print(f"gateway: {error}", file=sys.stderr)
             print("reload failed: the running configuration stays", file=sys.stderr)
             return 1
+        for note in reply.get("notes") or ():
+            print(f"gateway: note: {note}", file=sys.stderr)
         print("reloaded")
         return 0
+    if args.command == "zone":
+        return await _zone(args, spec)
     if args.command == "ban":
         return await (_ban_file(args, spec) if args.file is not None else _ban(args, spec))
     if args.command == "unban":
         return await (_unban_file(args, spec) if args.file is not None else _unban(args, spec))
     return await _list(args, spec)
+
+
+async def _zone(args: argparse.Namespace, spec: ConfigSpec) -> int:
+    path = "/zones/" + quote(args.zone, safe="") + "/" + quote(args.key, safe="")
+    if args.action == "reset":
+        reply = await _admin(spec, "DELETE", path, {}, allow=(404,))
+        if reply.get("reset"):
+            print(f"reset {args.key} in zone {args.zone}")
+            return 0
+        print(f"gateway: {reply.get('error') or f'{args.key} had no state in zone {args.zone}'}", file=sys.stderr)
+        return 1
+    reply = await _admin(spec, "GET", path, allow=(404,))
+    if "error" in reply:
+        print(f"gateway: {reply['error']}", file=sys.stderr)
+        return 1
+    print(json.dumps(reply, indent=1))
+    return 0
 
 
 def _one_target(args: argparse.Namespace) -> str:

@@ -282,3 +282,32 @@ def compile_key(template: KeyTemplate, *, max_key: int = DEFAULT_MAX_KEY, ipv6_p
     if longest is not None and longest <= max_key:
         return fn
     return _bounded(fn, max_key)
+
+
+def key_from_text(template: KeyTemplate, text: str, *, max_key: int = DEFAULT_MAX_KEY, ipv6_prefix: int = 128) -> bytes:
+    """The key a zone stores for ``text``, as an operator types it (``gateway zone show``):
+    a client address for ``$binary_remote_addr`` / ``$remote_addr`` (IPv6 masked as the zone
+    masks it), else the key's text; hashed like the extractor does when over ``max_key``.
+    ValueError when the text cannot be such a key."""
+    if (
+        template.variables
+        and template.parts == (("var", template.variables[0]),)
+        and (template.variables[0] in ADDRESS_VARIABLES)
+    ):
+        try:
+            address = ipaddress.ip_address(text.strip())
+        except ValueError:
+            raise ValueError(f"the key of a {template.source} zone is an IP address, not {text!r}") from None
+        value = int(address)
+        if address.version == 6 and ipv6_prefix < 128:
+            value = _masker(ipv6_prefix)(value)
+        if template.variables[0] == "binary_remote_addr":
+            return value.to_bytes(4 if address.version == 4 else 16, "big")
+        return str(ipaddress.ip_address(value) if address.version == 4 else ipaddress.IPv6Address(value)).encode()
+    if "binary_remote_addr" in template.variables:
+        raise ValueError(f"a {template.source} key holds raw address bytes: it cannot be typed as text")
+    key = text.encode("utf-8", "surrogateescape")
+    longest = longest_key(template)
+    if len(key) > max_key and (longest is None or longest > max_key):
+        return hashed_key(key)
+    return key

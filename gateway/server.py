@@ -5,8 +5,13 @@ Lifecycle:
 * start: compile the config, open upstream pools, bind every ``listen`` address
   (with SO_REUSEPORT when several workers share a port);
 * SIGHUP (or ``reload()``): load the file again; on any error, log every problem
-  and keep serving the old configuration; on success swap the plan in one
-  assignment, keeping unchanged upstream pools (and their idle connections);
+  and keep serving the old configuration; bind the addresses a new ``listen``
+  adds (a failure is an error too: nothing changes); on success swap the plan in
+  one assignment, keeping unchanged upstream pools (and their idle connections),
+  then accept on the new listeners and stop the removed ones (``listeners.py``:
+  requests in flight there finish, keep-alive connections close after theirs).
+  A ``workers`` change needs the master (``supervisor.py``): a gateway started
+  with one worker runs without one, so the reload says it needs a restart;
 * SIGTERM / SIGINT: stop accepting, close idle keep-alive connections, let
   in-flight requests finish up to ``shutdown_timeout``, then cancel the rest;
 * SIGUSR1: reopen log files, like ``nginx -s reopen``.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import socket
 from typing import Any
@@ -25,20 +31,31 @@ from aiohttp import web
 
 from gateway import errorlog
 from gateway.accesslog import AccessLog, LogSink, aiohttp_logger_class
-from gateway.admin import AdminApi, serve_admin
+from gateway.activity import Activity, ConfigInfo, process_snapshot, retire_snapshot, worker_snapshots
+from gateway.admin import AdminApi, ReloadReply, serve_admin
 from gateway.background import spawn
 from gateway.bans import BanList, LocalBans, RedisBans, WorkerBans, run_expiry
+from gateway.clock import monotonic_ms
 from gateway.config.offloop import load_config_off_loop, release_off_loop
+from gateway.config.servers import ListenSpec
 from gateway.edge import EdgeServer, edge_settings, set_server_tokens
 from gateway.errors import ConfigErrors
 from gateway.limiting import Limiter
+from gateway.listeners import BACKLOG, BindFailed, Listeners, describe
+from gateway.metrics import MetricsHub, channel
+from gateway.metrics.channel import STATS_ENV, StatsClient
+from gateway.metrics.endpoint import serve_metrics
+from gateway.metrics.sources import register_gauges
+from gateway.metrics.stats import STATS
 from gateway.overrides import Overrides
 from gateway.pipeline import Pipeline
 from gateway.plan import CompiledConfig
 from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.store import make_store, open_bans
+from gateway.store.base import Store
 from gateway.store.memory import MemoryStore
-from gateway.store.shared import SharedStoreClient
+from gateway.tls import TlsListener, TlsSite
+from gateway.zone_state import MemoryZoneState, ZoneState
 
 log = errorlog.log
 
@@ -60,26 +77,41 @@ class GatewayServer:
         self.bans: LocalBans | RedisBans | None = None
         self.admin: AdminApi | None = None
         self.serves_admin = not reuse_port  # with several workers, the master serves it
-        self.pipeline = Pipeline(config, self.upstreams, self.access_log, Limiter(self.store), self.banlist)
+        self.activity = Activity()  # what the status page shows (per process)
+        self.config_info = ConfigInfo(config_path)
+        limiter = Limiter(self.store, self.activity)
+        self.pipeline = Pipeline(config, self.upstreams, self.access_log, limiter, self.banlist)
         self.runner: web.ServerRunner | None = None
         self.edge: EdgeServer | None = None
+        self.listeners: Listeners | None = None
         self.stopped = asyncio.Event()
         self._expiry: asyncio.Task[Any] | None = None  # a worker's own sweep of ended bans
         self._stopping = False
+        self.tls_listeners: dict[tuple[str, int], TlsListener] = {}  # by address, for reloads
+        # /metrics: this process's (one worker), or sent to the master (``workers: N``)
+        self.metrics = MetricsHub(self.config_info)
+        self.metrics_runner: web.AppRunner | None = None
+        stats_path = os.environ.get(STATS_ENV) if reuse_port else None
+        self.stats_client = StatsClient(stats_path) if stats_path else None
+        if self.stats_client is not None:  # the status page's counts go to the master the same way
+            channel.register("status", self.snapshot, worker_snapshots, retire_snapshot)
+        edge = lambda: self.edge.limiter if self.edge is not None else None
+        register_gauges(STATS, edge, self.banlist, self.store, self.upstreams)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        starter = getattr(self.store, "start", None)
-        if starter is not None:
-            await starter()
-        if isinstance(self.store, SharedStoreClient):
-            self.store.on_bans = WorkerBans(self.banlist).apply
+        await self.store.start()
+        if self.store.deliver_bans(WorkerBans(self.banlist).apply):  # a worker: the master pushes bans
             self._expiry = spawn(run_expiry(self.banlist))
         self.bans = open_bans(self.config.spec, self.store, self.banlist, follow=True)
         if self.bans is not None:
             await self.bans.start()
         if self.serves_admin and self.bans is not None and self.config.spec.admin.listen is not None:
             await self._start_admin()
+        if self.serves_admin and self.config.spec.metrics.listen is not None:
+            self.metrics_runner = await serve_metrics(self.config.spec.metrics.listen, self.metrics)
+        if self.stats_client is not None:
+            await self.stats_client.start()
         self.upstreams.update(dict(self.config.spec.upstreams))
         set_server_tokens(self.config.spec.edge.server_tokens)
         self.edge = EdgeServer(
@@ -93,20 +125,32 @@ class GatewayServer:
         )
         self.runner = web.ServerRunner(self.edge, shutdown_timeout=self.config.spec.shutdown_timeout_ms / 1000)
         await self.runner.setup()
-        for host, port in self.config.spec.listen:
-            site = web.SockSite(
-                self.runner,
-                _bind(host, port, self.reuse_port),
-                backlog=511,
-                shutdown_timeout=self.config.spec.shutdown_timeout_ms / 1000,
-            )
-            await site.start()
+        self.listeners = Listeners(self.edge, self.reuse_port, self._make_site)
+        try:
+            fresh = self.listeners.prepare(self.config.spec.listen)
+        except BindFailed as exc:
+            raise OSError(str(exc)) from None
+        await self.listeners.commit(self.config.spec.listen, fresh)
         for host, port in self.bound_addresses:
             log.log(errorlog.NOTICE, "listening on %s:%s", host, port)
         # What start-up built (modules, the compiled configuration) lives as long as the
         # process: keep it out of the cyclic collector, whose first full pass over it would
         # otherwise stall the serving loop for tens of milliseconds.
         gc.freeze()
+
+    def _make_site(self, entry: ListenSpec, sock: socket.socket) -> web.SockSite:
+        """The site serving one bound ``listen`` entry: TLS when the entry has ``ssl``, with the
+        certificates of the configuration in force (a reload commits new sites after ``apply``)."""
+        assert self.runner is not None
+        shutdown_s = self.config.spec.shutdown_timeout_ms / 1000
+        if not entry.ssl:
+            return web.SockSite(self.runner, sock, backlog=BACKLOG, shutdown_timeout=shutdown_s)
+        table = self.config.tls.get(entry.address)
+        if table is None:
+            sock.close()
+            raise OSError(f"no certificate for {entry}")
+        listener = self.tls_listeners[entry.address] = TlsListener(table)
+        return TlsSite(self.runner, sock, listener, backlog=BACKLOG, shutdown_timeout=shutdown_s)
 
     async def _start_admin(self) -> None:
         assert self.bans is not None and self.config.spec.admin.listen is not None
@@ -117,10 +161,31 @@ class GatewayServer:
             self.status,
             config=lambda: self.config.spec,
             serving=lambda: bool(self.bound_addresses) and not self._stopping,
+            activity=self.activity_status,
+            zone_state=self._zone_state(),
+            metrics=self.metrics.render,
         )
+
+    def _zone_state(self) -> ZoneState | None:
+        if isinstance(self.store, MemoryStore):
+            return MemoryZoneState(self.store)
+        if self.config.spec.store.redis is not None:
+            from gateway.zone_state_redis import RedisZoneState
+
+            return RedisZoneState(lambda: self.config.spec)
+        return None
 
     def status(self) -> dict[str, Any]:
         return node_status(self.config, self.store, self.banlist, self.bans)
+
+    def snapshot(self) -> dict[str, Any]:
+        """This process's part of ``GET /status/activity`` (a worker's answer to its master)."""
+        return process_snapshot(self.activity, self.upstreams.pools, self.store, monotonic_ms())
+
+    async def activity_status(self) -> dict[str, Any]:
+        body = self.snapshot()
+        body["config"] = self.config_info.view()
+        return body
 
     @property
     def bound_addresses(self) -> list[tuple[str, int]]:
@@ -150,6 +215,10 @@ class GatewayServer:
         try:
             if self.runner is not None:
                 await self.runner.cleanup()
+            if self.stats_client is not None:  # after the last request: its counts go to the master
+                await self.stats_client.close()
+            if self.metrics_runner is not None:
+                await self.metrics_runner.cleanup()
             if self.admin is not None:
                 await self.admin.close()
             if self.bans is not None:
@@ -163,34 +232,69 @@ class GatewayServer:
             self.stopped.set()
 
     # -- reload ------------------------------------------------------------------------------
-    async def reload(self) -> list[str]:
-        """Load the config file again; returns the errors (empty on success).
+    async def reload(self) -> ReloadReply:
+        """Load the config file again; returns (errors, notes): no errors means it is in force.
 
-        Parsing and compiling run in a worker thread; only the swap (``apply``) runs on the loop.
+        Parsing and compiling run in a worker thread; new listeners are bound before anything
+        changes (a bind failure keeps the running configuration); the swap (``apply``) runs on
+        the loop.
         """
         try:
             fresh = await load_config_off_loop(self.config_path, self.overrides)
         except ConfigErrors as exc:
             for err in exc.errors:
                 log.error("reload failed, keeping the running configuration: %s", err)
-            return [str(e) for e in exc.errors]
+            await asyncio.to_thread(self.config_info.reloaded, False)  # reads the file: off the loop
+            return [str(e) for e in exc.errors], []
+        notes: list[str] = []
+        if fresh.spec.workers != self.config.spec.workers and not self.reuse_port:
+            note = (
+                f"workers: {_workers_text(self.config.spec.workers)} -> {_workers_text(fresh.spec.workers)} "
+                "needs a restart: this gateway was started with one worker and runs as a single process, "
+                "without a master to start workers (start it with workers >= 2 to change them on reload)"
+            )
+            log.warning("%s", note)
+            notes.append(note)
+        if fresh.spec.pid != self.config.spec.pid and not self.reuse_port:
+            notes.append(restart_note("pid"))
+            log.warning("%s", notes[-1])
+        bound: dict[object, object] = {}
+        if self.listeners is not None and fresh.spec.listen != self.listeners.entries:
+            try:
+                bound = dict(self.listeners.prepare(fresh.spec.listen))
+            except BindFailed as exc:
+                error = f"reload failed, keeping the running configuration and listeners: {exc}"
+                log.error("%s", error)
+                await asyncio.to_thread(self.config_info.reloaded, False)
+                return [error], notes
         replaced: list[object] = [self.config]
-        errors = self.apply(fresh)
-        if not errors:
-            log.log(errorlog.NOTICE, "configuration reloaded from %s", self.config_path)
+        self.apply(fresh)
+        if self.listeners is not None and (bound or fresh.spec.listen != self.listeners.entries):
+            added, removed = await self.listeners.commit(fresh.spec.listen, bound)  # type: ignore[arg-type]
+            for entry in added:
+                log.log(errorlog.NOTICE, "listening on %s", describe(entry))
+            for entry in removed:
+                log.log(errorlog.NOTICE, "stopped listening on %s", describe(entry))
+                if entry.ssl:
+                    self.tls_listeners.pop(entry.address, None)
+        log.log(errorlog.NOTICE, "configuration reloaded from %s", self.config_path)
         del fresh
         spawn(release_off_loop(replaced))  # freeing 2000 routes at once would hold the GIL for ms
-        return errors
+        await asyncio.to_thread(self.config_info.reloaded, True)  # reads the file: off the loop
+        return [], notes
 
-    def apply(self, fresh: CompiledConfig) -> list[str]:
+    def apply(self, fresh: CompiledConfig) -> None:
         old = self.config.spec
         new = fresh.spec
-        errors: list[str] = []
-        if new.listen != old.listen or new.workers != old.workers:
-            log.warning("listen and workers changes take effect on restart, not on reload")
+        if new.metrics != old.metrics and self.serves_admin:
+            log.warning("metrics.listen changes take effect on restart, not on reload")
         if self.edge is not None:
             self.edge.configure(edge_settings(new))
             set_server_tokens(new.edge.server_tokens)
+        for address, listener in self.tls_listeners.items():
+            table = fresh.tls.get(address)
+            if table is not None:  # new certificates for the next handshakes; live connections keep theirs
+                listener.update(table)
         retired = self.upstreams.update(dict(new.upstreams))
         self.store.configure(new.zones)
         if new.log != old.log:
@@ -204,7 +308,6 @@ class GatewayServer:
         self.pipeline.config = fresh
         if retired:
             spawn(_close_later(retired))
-        return errors
 
     def reopen_logs(self) -> None:
         self.sink.reopen()
@@ -223,42 +326,24 @@ async def _close_later(pools: list[UpstreamPool]) -> None:
 
 
 def node_status(
-    config: CompiledConfig, store: Any, banlist: BanList, bans: LocalBans | RedisBans | None = None
+    config: CompiledConfig, store: Store | None, banlist: BanList, bans: LocalBans | RedisBans | None = None
 ) -> dict[str, Any]:
     """What /status reports about this node's limits."""
     status: dict[str, Any] = {
-        "store": getattr(store, "kind", "redis"),
+        "store": store.kind if store is not None else "redis",  # None: a master of Redis-backed workers
         "routes": len(config.routes),
         "bans": len(banlist),
     }
     if bans is not None:
         status["ban_list"] = bans.status()  # count, and when it was last known current
-    breaker = getattr(store, "breaker", None)
-    if breaker is not None:
-        status["redis_circuit"] = "open" if breaker.open else "closed"
-    zones = getattr(store, "zones", None)
-    if isinstance(store, MemoryStore) and zones:
-        status["zones"] = {
-            name: {"type": zone.kind, "keys": len(zone), "bytes": zone.used, "size": zone.size}
-            for name, zone in zones.items()
-        }
+    if store is not None:
+        status.update(store.status())
     return status
 
 
-def _bind(host: str, port: int, reuse_port: bool) -> socket.socket:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, kind, proto, _, addr = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(addr)
-        sock.listen(511)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+def restart_note(key: str) -> str:
+    return f"{key} changes take effect on restart, not on reload"
+
+
+def _workers_text(count: int) -> str:
+    return "auto" if count == 0 else str(count)

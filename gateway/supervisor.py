@@ -4,11 +4,15 @@ It starts N worker processes (each a fresh interpreter running ``gateway run
 --worker``) that bind the same ports with SO_REUSEPORT, so the kernel spreads
 connections across them. With the embedded store it also owns the node's limit
 state and serves it to the workers over a Unix socket (``store/shared.py``), so
-limits count the whole node, as nginx's shared-memory zones do. It forwards
-signals:
+limits count the whole node, as nginx's shared-memory zones do. In both store
+modes it asks the workers for their metrics when it is scraped
+(``metrics/channel.py``). It forwards signals:
 
-* SIGHUP: validate the file first; on success every worker reloads, on failure
-  the errors are logged and nothing changes;
+* SIGHUP: validate the file first, and bind-check the addresses a new ``listen``
+  adds; on success every worker reloads (and rebinds its listeners), surplus
+  workers of a smaller ``workers`` retire gracefully (SIGTERM: they drain, as
+  nginx's old workers do) and a larger one starts new workers; on failure the
+  errors are logged and nothing changes;
 * SIGTERM / SIGINT: graceful stop of every worker, then exit;
 * SIGUSR1: workers reopen their logs.
 
@@ -23,21 +27,27 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gateway import errorlog
-from gateway.admin import serve_admin
+from gateway.activity import ConfigInfo, merge, retire_snapshot, worker_snapshots
+from gateway.admin import ReloadReply, serve_admin
 from gateway.background import spawn
 from gateway.bans import BanList, LocalBans, RedisBans
 from gateway.config.offloop import load_config_off_loop, release_off_loop
 from gateway.errors import ConfigErrors
+from gateway.listeners import BindFailed, check_bindable
+from gateway.metrics import MetricsHub, channel
+from gateway.metrics.channel import STATS_ENV, StatsServer
+from gateway.metrics.endpoint import serve_metrics
 from gateway.overrides import Overrides
 from gateway.plan import CompiledConfig
-from gateway.server import node_status
+from gateway.server import node_status, restart_note
 from gateway.store import SOCKET_ENV, open_bans
 from gateway.store.memory import MemoryStore
 from gateway.store.shared import SharedStoreServer
+from gateway.zone_state import MemoryZoneState, ZoneState
 
 log = errorlog.log
 
@@ -59,20 +69,34 @@ class Supervisor:
         self.overrides = overrides
         self.extra_env = extra_env or {}
         self.workers: dict[int, asyncio.subprocess.Process] = {}
+        self.retiring: set[asyncio.subprocess.Process] = set()  # SIGTERMed by a reload; not restarted
         self.store: MemoryStore | None = None
         self.banlist = BanList()
         self._bans: LocalBans | RedisBans | None = None
         self._tmpdir = ""
+        self.metrics: MetricsHub | None = None
         self.stopping = False
         self.done = asyncio.Event()
+        self.config_info = ConfigInfo(config_path)
+        # The status page's data lives in the workers: an async callable answering each worker's
+        # ``GatewayServer.snapshot()`` (over the stats channel, set in ``run``).
+        self.collect_snapshots: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
 
     async def run(self) -> int:
         shared = None
         spec = self.config.spec
         bans = self._bans = open_bans(spec, None, self.banlist, follow=False)
+        self._tmpdir = tempfile.mkdtemp(prefix="gateway-")
+        # The workers' stats (for /metrics), in both store modes.
+        stats = StatsServer(os.path.join(self._tmpdir, "stats.sock"))
+        await stats.start()
+        self.extra_env[STATS_ENV] = stats.path
+        self.metrics = MetricsHub(self.config_info, workers=stats)
+        # The status page's counts live in the workers: they come over the same channel.
+        channel.register("status", dict, worker_snapshots, retire_snapshot)
+        self.collect_snapshots = lambda: _status_snapshots(stats)
         if spec.store.redis is None:
             # One embedded store for the whole node, served to the workers.
-            self._tmpdir = tempfile.mkdtemp(prefix="gateway-")
             path = os.path.join(self._tmpdir, "store.sock")
             self.store = MemoryStore()
             self.store.configure(spec.zones)
@@ -92,17 +116,33 @@ class Supervisor:
                 self.status,
                 config=lambda: self.config.spec,
                 serving=lambda: bool(self.workers) and not self.stopping,
+                activity=self.activity_status,
+                zone_state=self._zone_state(),
+                metrics=self.metrics.render,
             )
+        metrics_runner = None
+        if spec.metrics.listen is not None:
+            metrics_runner = await serve_metrics(spec.metrics.listen, self.metrics)
         try:
             return await self._run()
         finally:
+            if metrics_runner is not None:
+                await metrics_runner.cleanup()
             if admin is not None:
                 await admin.close()
             if bans is not None:
                 await bans.close()
             if shared is not None:
                 await shared.close()
-                shutil.rmtree(self._tmpdir, ignore_errors=True)
+            await stats.close()
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    def _zone_state(self) -> ZoneState | None:
+        if self.store is not None:
+            return MemoryZoneState(self.store)
+        from gateway.zone_state_redis import RedisZoneState
+
+        return RedisZoneState(lambda: self.config.spec)
 
     def status(self) -> dict[str, Any]:
         status = node_status(self.config, self.store, self.banlist, self._bans)
@@ -110,6 +150,14 @@ class Supervisor:
         if self.config.spec.store.redis is not None:
             status["store"] = "redis"
         return status
+
+    async def activity_status(self) -> dict[str, Any]:
+        """``GET /status/activity`` for the node: the workers' snapshots merged, plus the config."""
+        snapshots = await self.collect_snapshots() if self.collect_snapshots is not None else []
+        body = merge(snapshots)
+        body["workers"] = {"running": len(self.workers), "reported": len(snapshots)}
+        body["config"] = self.config_info.view()
+        return body
 
     async def _run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -141,6 +189,12 @@ class Supervisor:
         code = await proc.wait()
         if self.workers.get(index) is proc:
             del self.workers[index]
+        if proc in self.retiring:
+            self.retiring.discard(proc)
+            log.log(errorlog.NOTICE, "worker process %d retired (exit code %s)", proc.pid, code)
+            if self.stopping and not self.workers:
+                self.done.set()
+            return
         if self.stopping:
             if not self.workers:
                 self.done.set()
@@ -148,11 +202,12 @@ class Supervisor:
         how = f"on signal {-code}" if code < 0 else f"with code {code}"
         log.error("worker process %d exited %s; starting a new one", proc.pid, how)
         await asyncio.sleep(0.5)
-        if not self.stopping:
+        if not self.stopping and index < self.count and index not in self.workers:
             await self._spawn(index)
 
-    def _signal_all(self, signum: int) -> None:
-        for proc in self.workers.values():
+    def _signal_all(self, signum: int, *, retiring: bool = True) -> None:
+        """Signal every worker; ``retiring=False`` leaves out those draining after a resize."""
+        for proc in [*self.workers.values(), *(self.retiring if retiring else ())]:
             if proc.returncode is None:
                 proc.send_signal(signum)
 
@@ -162,30 +217,65 @@ class Supervisor:
         self.stopping = True
         log.log(errorlog.NOTICE, "stopping %d worker processes", len(self.workers))
         self._signal_all(signal.SIGTERM)
-        if not self.workers:
+        if not self.workers and not self.retiring:
             self.done.set()
             return
         grace = self.config.spec.shutdown_timeout_ms / 1000 + 5
         asyncio.get_running_loop().call_later(grace, self._kill_all)
 
     def _kill_all(self) -> None:
-        if self.workers:
+        if self.workers or self.retiring:
             log.warning("workers still running after the shutdown timeout; killing them")
             self._signal_all(signal.SIGKILL)
 
-    async def reload(self) -> list[str]:
+    async def reload(self) -> ReloadReply:
         try:  # parsed in a worker thread: the loop keeps serving the workers' limit state
             fresh = await load_config_off_loop(self.config_path, self.overrides)
         except ConfigErrors as exc:
             for err in exc.errors:
                 log.error("reload failed, keeping the running configuration: %s", err)
-            return [str(e) for e in exc.errors]
+            await asyncio.to_thread(self.config_info.reloaded, False)  # reads the file: off the loop
+            return [str(e) for e in exc.errors], []
+        added = [entry for entry in fresh.spec.listen if entry not in self.config.spec.listen]
+        try:  # before any worker changes: a port another process holds fails the whole reload
+            check_bindable(added)
+        except BindFailed as exc:
+            error = f"reload failed, keeping the running configuration and listeners: {exc}"
+            log.error("%s", error)
+            await asyncio.to_thread(self.config_info.reloaded, False)
+            return [error], []
+        notes = [restart_note("pid")] if fresh.spec.pid != self.config.spec.pid else []
+        for note in notes:
+            log.warning("%s", note)
         replaced: list[object] = [self.config]
         self.config = fresh
         del fresh
         if self.store is not None:
             self.store.configure(self.config.spec.zones)
         log.log(errorlog.NOTICE, "reconfiguring: signalling %d workers", len(self.workers))
-        self._signal_all(signal.SIGHUP)
+        self._signal_all(signal.SIGHUP, retiring=False)
+        await self._resize(self.config.spec.workers or (os.cpu_count() or 1))
         spawn(release_off_loop(replaced))
-        return []
+        await asyncio.to_thread(self.config_info.reloaded, True)
+        return [], notes
+
+    async def _resize(self, count: int) -> None:
+        """Start workers up to ``count``, or retire the surplus gracefully (they drain, then exit)."""
+        if count == self.count or self.stopping:
+            return
+        log.log(errorlog.NOTICE, "workers: %d -> %d", self.count, count)
+        previous, self.count = self.count, count
+        for index in sorted(self.workers):
+            if index >= count:
+                proc = self.workers.pop(index)
+                self.retiring.add(proc)
+                log.log(errorlog.NOTICE, "retiring worker process %d (graceful)", proc.pid)
+                proc.send_signal(signal.SIGTERM)
+        for index in range(previous, count):
+            if index not in self.workers:
+                await self._spawn(index)
+
+
+async def _status_snapshots(stats: StatsServer) -> list[dict[str, Any]]:
+    collected = await stats.collect()
+    return worker_snapshots([collected.get("status", [])])

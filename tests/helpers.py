@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -56,8 +57,9 @@ def pattern(n: int) -> bytes:
 class Upstream:
     """An aiohttp upstream in its own thread and event loop, recording what it receives."""
 
-    def __init__(self, name: str = "up") -> None:
+    def __init__(self, name: str = "up", ssl_context: ssl.SSLContext | None = None) -> None:
         self.name = name
+        self.ssl_context = ssl_context  # an HTTPS upstream
         self.port = free_port()
         self.seen: list[dict[str, Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -110,7 +112,7 @@ class Upstream:
         r.add_route("*", "/{tail:.*}", self._echo)
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context).start()
 
     async def _shutdown(self) -> None:
         if self._runner is not None:
@@ -469,11 +471,16 @@ class RawUpstream:
                     "body_bytes": body.decode("latin-1"),
                 }
                 self.heads.append(entry)
-                body = json.dumps(entry).encode()
-                head_bytes = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(
-                    body
-                )
-                conn.sendall(head_bytes if method == "HEAD" else head_bytes + body)
+                if not self.respond(conn, entry):
+                    return
+
+    def respond(self, conn: socket.socket, entry: dict[str, Any]) -> bool:
+        """Answer one request (``entry`` as recorded in ``heads``); False closes the connection.
+        Here: 200 with the entry as JSON; a subclass scripts other answers."""
+        body = json.dumps(entry).encode()
+        head_bytes = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        conn.sendall(head_bytes if entry["method"] == "HEAD" else head_bytes + body)
+        return True
 
 
 def cli(

@@ -105,6 +105,9 @@ async def test_without_a_configured_token_every_call_needs_the_generated_one(gat
             ("POST", "/bans"),
             ("DELETE", "/bans/10.0.0.1"),
             ("POST", "/reload"),
+            ("GET", "/config"),
+            ("GET", "/zones/one/127.0.0.1"),
+            ("DELETE", "/zones/one/127.0.0.1"),
             ("GET", "/nothing-here"),
             ("GET", "/healthz/../status"),
         ):
@@ -167,7 +170,7 @@ async def test_a_configured_token_is_used_and_no_file_is_written(gateway_factory
     assert (await call("GET", base + "/status", headers=auth()))[0] == 200
     assert (await call("GET", base + "/status", headers=auth(TOKEN + "x")))[0] == 401
     assert (await call("GET", base + "/status", headers={"Authorization": f"bearer  {TOKEN} "}))[0] == 200
-    assert not (Path(env["XDG_RUNTIME_DIR"]) / "gateway").exists()
+    assert not list((Path(env["XDG_RUNTIME_DIR"]) / "gateway").glob("admin-*"))  # (the pid file is there)
     assert cli("bans", "-c", str(gw.config_path), env=env).returncode == 0
 
 
@@ -187,7 +190,8 @@ async def test_a_token_directory_others_can_write_is_refused_and_the_api_stays_c
     assert "refusing to use" in gw.stderr() and "writable by group or others" in gw.stderr()
     with pytest.raises(aiohttp.ClientConnectionError):
         await call("GET", f"http://127.0.0.1:{admin}/healthz")
-    assert list(planted.iterdir()) == []
+    assert list(planted.iterdir()) == []  # no token file, and no pid file either
+    assert "refusing to write the pid file in" in gw.stderr() and "running without a pid file" in gw.stderr()
     refused = cli("bans", "-c", str(gw.config_path), env=env)
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
     assert "writable by group or others" in refused.stderr

@@ -96,12 +96,31 @@ def test_the_wheel_holds_every_package_and_the_lua_scripts(installed: Installed)
     missing = [p for p in packages if f"{p}/__init__.py" not in names]
     assert not missing, f"pyproject.toml does not ship {missing}"
     scripts = sorted(p.name for p in (ROOT / "scripts" / "lua").glob("*.lua"))
-    assert {"limit_req.lua", "request.lua", "undo.lua"} <= set(scripts)
+    assert {"limit_req.lua", "request.lua", "batch.lua", "undo.lua"} <= set(scripts)
     for name in scripts:
         assert f"gateway/lua/{name}" in names
         assert (
             zipfile.ZipFile(installed.wheel).read(f"gateway/lua/{name}") == (ROOT / "scripts/lua" / name).read_bytes()
         )
+
+
+def test_the_wheel_holds_the_status_page(installed: Installed) -> None:
+    """The page is package data: an installed gateway serves the same bytes as the checkout."""
+    names = set(zipfile.ZipFile(installed.wheel).namelist())
+    files = sorted(p.name for p in (ROOT / "gateway" / "statuspage").iterdir() if p.suffix != ".py" and p.is_file())
+    assert {"page.html", "page.js", "page.css", "favicon.svg"} <= set(files)
+    assert [f for f in files if f"gateway/statuspage/{f}" not in names] == []
+    loaded = run(
+        [
+            str(installed.python),
+            "-c",
+            "from gateway import statuspage; import sys; sys.stdout.write(statuspage.response('page.html').text)",
+        ],
+        cwd=installed.suite,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert loaded == (ROOT / "gateway" / "statuspage" / "page.html").read_text()
 
 
 def test_the_redis_suite_passes_against_the_installed_wheel(installed: Installed) -> None:
@@ -171,6 +190,6 @@ routes:
         timeout=30,
     )
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
-    assert "cannot load the Redis script request.lua" in proc.stderr, proc.stderr
+    assert "cannot load the Redis script batch.lua" in proc.stderr, proc.stderr
     assert "reinstall" in proc.stderr
     assert "Redis is not available" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

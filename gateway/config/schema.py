@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from gateway import pidfile
 from gateway.admin_guard import is_loopback_host
 from gateway.admin_token import valid_token
 from gateway.config.logformat import PRESETS, unknown_variables
@@ -30,8 +32,9 @@ from gateway.config.reader import (
     status_code,
     zone_size,
 )
-from gateway.config.servers import VirtualServerSpec, bound_addresses, parse_servers
+from gateway.config.servers import ListenSpec, VirtualServerSpec, bound_addresses, parse_servers
 from gateway.config.source import Document
+from gateway.config.tls import TLS_KEYS, TlsSpec, parse_tls
 from gateway.config.units import PeriodRate, Rate, parse_period_rate, parse_rate
 from gateway.errors import ConfigErrors, KeyPath
 from gateway.keys import ADDRESS_VARIABLES, DEFAULT_MAX_KEY, MAX_MAX_KEY, MIN_MAX_KEY, KeyTemplate, parse_key
@@ -77,6 +80,8 @@ class UpstreamSpec:
     next_upstream_tries: int = 0
     scheme: str = "http"
     tls_verify: bool = True
+    tls_ca: str | None = None  # a CA bundle (PEM) trusted instead of the system's: a private CA
+    tls_server_name: str | None = None  # SNI and the verified name (nginx's proxy_ssl_name); default: the server's host
     host: str | None = None
 
 
@@ -114,6 +119,11 @@ class AdminSpec:
     listen: tuple[str, int] | None = ("127.0.0.1", 9180)
     token: str | None = None
     token_file: str | None = None  # None: gateway.admin_token.default_token_path(port)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsSpec:
+    listen: tuple[str, int] | None = None  # a listener for GET /metrics only, without a token
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,13 +275,14 @@ class StoreSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigSpec:
     file: str
-    listen: tuple[tuple[str, int], ...]  # every address bound (with servers: the union of theirs)
+    listen: tuple[ListenSpec, ...]  # every address bound (with servers: the union of theirs)
     workers: int  # 0 means "auto": one per core
     shutdown_timeout_ms: int
     edge: EdgeSpec
     real_ip: RealIpSpec
     log: LogSpec
     admin: AdminSpec
+    metrics: MetricsSpec = MetricsSpec()
     upstreams: Mapping[str, UpstreamSpec]
     zones: Mapping[str, ZoneSpec]
     defaults: RouteSettings
@@ -281,6 +292,7 @@ class ConfigSpec:
     bans: BansSpec
     store: StoreSpec
     temp_path: str | None = None  # request and response bodies that outgrow memory; None = the system's
+    pid: str | None = None  # the pid file's absolute path (gateway/pidfile.py); None: pid off
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -301,6 +313,7 @@ TOP_KEYS = (
     "real_ip",
     "log",
     "admin",
+    "metrics",
     "upstreams",
     "zones",
     "defaults",
@@ -310,6 +323,8 @@ TOP_KEYS = (
     "bans",
     "store",
     "temp_path",
+    *TLS_KEYS,
+    "pid",
 )
 ROUTE_SETTING_KEYS = (
     "upstream",
@@ -354,13 +369,14 @@ def parse_config(doc: Document) -> ConfigSpec:
     workers = _workers(r, data)
     shutdown_ms = r.field(data, "shutdown_timeout", (), duration_ms, 30_000)
     upstreams = _upstreams(r, data.get("upstreams"), ("upstreams",)) if "upstreams" in data else {}
-    zones = _zones(r, data.get("zones"), ("zones",)) if "zones" in data else {}
+    zones = _zones(r, data.get("zones"), ("zones",)) if "zones" in data else ZoneTable()
     defaults = (
         _settings(r, data["defaults"], ("defaults",), zones, upstreams, allowed=ROUTE_SETTING_KEYS)
         if "defaults" in data
         else RouteSettings()
     )
     routes = _routes(r, data["routes"], zones, upstreams, defaults) if "routes" in data else ()
+    tls = parse_tls(r, data, ())
     if "servers" in data:
         servers = parse_servers(
             r,
@@ -368,10 +384,14 @@ def parse_config(doc: Document) -> ConfigSpec:
             listen,
             lambda value, path: _listen_list(r, value, path),
             lambda value, path: _routes(r, value, zones, upstreams, defaults, path),
+            lambda server, path: parse_tls(r, server, path, tls),
+            TLS_KEYS,
         )
         listen = bound_addresses(servers)
     else:
-        servers = (VirtualServerSpec(index=0, names=(), listen=listen, default=True, routes=routes),)
+        servers = (VirtualServerSpec(index=0, names=(), listen=listen, default=True, routes=routes, tls=tls),)
+    _check_tls(r, servers, "servers" in data)
+    admin = _admin(r, data.get("admin"), ("admin",)) if "admin" in data else AdminSpec()
     spec = ConfigSpec(
         file=doc.file,
         listen=listen,
@@ -381,7 +401,8 @@ def parse_config(doc: Document) -> ConfigSpec:
         edge=_edge(r, data),
         real_ip=_real_ip(r, data.get("real_ip"), ("real_ip",)) if "real_ip" in data else RealIpSpec(),
         log=_log(r, data.get("log"), ("log",)) if "log" in data else LogSpec(),
-        admin=_admin(r, data.get("admin"), ("admin",)) if "admin" in data else AdminSpec(),
+        admin=admin,
+        metrics=_metrics(r, data.get("metrics"), ("metrics",), admin, listen) if "metrics" in data else MetricsSpec(),
         upstreams=MappingProxyType(upstreams),
         zones=MappingProxyType(zones),
         defaults=defaults,
@@ -390,6 +411,7 @@ def parse_config(doc: Document) -> ConfigSpec:
         bans=_bans(r, data.get("bans"), ("bans",)) if "bans" in data else BansSpec(),
         store=_store(r, data.get("store"), ("store",)) if "store" in data else StoreSpec(),
         temp_path=r.field(data, "temp_path", (), _temp_path, None),
+        pid=_pid(r, data, doc.file),
         warnings=tuple(str(w) for w in r.warnings),
     )
     if r.errors:
@@ -400,28 +422,66 @@ def parse_config(doc: Document) -> ConfigSpec:
 # -- listeners and processes -----------------------------------------------------------------
 
 
-def _listen(r: Reader, data: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+def _listen(r: Reader, data: dict[str, Any]) -> tuple[ListenSpec, ...]:
     if "listen" not in data:
-        return (("0.0.0.0", 8080),)
+        return (ListenSpec("0.0.0.0", 8080),)
     return _listen_list(r, data["listen"], ("listen",))
 
 
-def _listen_list(r: Reader, value: Any, at: KeyPath) -> tuple[tuple[str, int], ...]:
-    parse = host_port()
-    out: list[tuple[str, int]] = []
+def _listen_list(r: Reader, value: Any, at: KeyPath) -> tuple[ListenSpec, ...]:
+    out: list[ListenSpec] = []
     for i, item in enumerate(r.sequence(value, at, allow_scalar=True)):
         path: KeyPath = at + (i,) if isinstance(value, list) else at
-        try:
-            addr = parse(item)
-        except ValueError as exc:
-            r.error(path, str(exc))
+        entry = _listen_entry(r, item, path)
+        if entry is None:
             continue
-        if addr in out:
-            r.error(path, f"duplicate listen {addr[0]}:{addr[1]}")
-        out.append(addr)
+        if any(e.address == entry.address for e in out):
+            r.error(path, f"duplicate listen {entry.host}:{entry.port}")
+        out.append(entry)
     if not out and not r.errors:
         r.error(at, "at least one listen address is required")
     return tuple(out)
+
+
+def _listen_entry(r: Reader, item: Any, path: KeyPath) -> ListenSpec | None:
+    """``host:port``, ``"host:port ssl"`` (nginx's spelling) or ``{address: host:port, ssl: true}``."""
+    tls = False
+    if isinstance(item, dict):
+        data = r.mapping(item, path, ("address", "ssl"), required=("address",))
+        if data is None or "address" not in data:
+            return None
+        tls = bool(r.field(data, "ssl", path, as_bool, False))
+        item, path = data["address"], path + ("address",)
+    elif isinstance(item, str) and item.split()[1:] == ["ssl"]:
+        item, tls = item.split()[0], True
+    try:
+        host, port = host_port()(item)
+    except ValueError as exc:
+        r.error(path, str(exc))
+        return None
+    return ListenSpec(host, port, tls)
+
+
+def _check_tls(r: Reader, servers: tuple[VirtualServerSpec, ...], blocks: bool) -> None:
+    """Every server that listens with ``ssl`` has a certificate to serve."""
+    for server in servers:
+        tls: TlsSpec | None = server.tls
+        if not any(entry.ssl for entry in server.listen) or tls is None:
+            continue
+        if tls.certificate is None or tls.key is None:
+            where: KeyPath = ("servers", server.index, "listen") if blocks else ("listen",)
+            r.error(where, "a listen with ssl needs ssl_certificate and ssl_certificate_key (at the top level or here)")
+
+
+def _pid(r: Reader, data: dict[str, Any], config_file: str) -> str | None:
+    """``pid: PATH`` (relative: to the config file's directory), ``pid: off``, or the default."""
+    value = data.get("pid")
+    if value is False or value == "off":  # YAML reads a bare `off` as false
+        return None
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        r.error(("pid",), "must be a file path, or off")
+        return None
+    return pidfile.resolve(value, config_file)
 
 
 def _workers(r: Reader, data: dict[str, Any]) -> int:
@@ -560,6 +620,22 @@ def _admin(r: Reader, value: Any, path: KeyPath) -> AdminSpec:
     return AdminSpec(listen=listen, token=token, token_file=token_file)
 
 
+def _metrics(r: Reader, value: Any, path: KeyPath, admin: AdminSpec, listen: tuple[ListenSpec, ...]) -> MetricsSpec:
+    data = r.mapping(value, path, ("listen",))
+    if data is None:
+        return MetricsSpec()
+    if data.get("listen") in (None, False, "off"):
+        return MetricsSpec()
+    address = r.field(data, "listen", path, host_port())
+    if address is None:
+        return MetricsSpec()
+    bound = {entry.address for entry in listen}
+    taken = "admin.listen" if address == admin.listen else "listen" if address in bound else None
+    if taken is not None:
+        r.error(path + ("listen",), f"{address[0]}:{address[1]} is already used by {taken}")
+    return MetricsSpec(listen=address)
+
+
 # -- upstreams --------------------------------------------------------------------------------
 
 UPSTREAM_KEYS = (
@@ -572,6 +648,8 @@ UPSTREAM_KEYS = (
     "next_upstream_tries",
     "scheme",
     "tls_verify",
+    "tls_ca",
+    "tls_server_name",
     "host",
 )
 SERVER_KEYS = ("address", "weight", "max_fails", "fail_timeout", "backup", "down")
@@ -600,11 +678,38 @@ def _upstreams(r: Reader, value: Any, path: KeyPath) -> dict[str, UpstreamSpec]:
             next_upstream_tries=r.field(data, "next_upstream_tries", upath, int_in(0, 1000, "tries"), 0) or 0,
             scheme=scheme,
             tls_verify=bool(r.field(data, "tls_verify", upath, as_bool, True)),
+            tls_ca=r.field(data, "tls_ca", upath, _ca_bundle, None),
+            tls_server_name=r.field(data, "tls_server_name", upath, _tls_name, None),
             host=r.field(data, "host", upath, as_str, None),
         )
         if servers and all(s.backup or s.down for s in servers):
             r.error(upath + ("servers",), "no usable server: every server is marked backup or down")
+        if scheme != "https":
+            for key in ("tls_ca", "tls_server_name"):
+                if key in data:
+                    r.error(upath + (key,), f"{key} applies to scheme: https only", at_key=True)
     return out
+
+
+def _ca_bundle(value: Any) -> str:
+    path = as_str(value)
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read the CA bundle {path}: {exc.strerror or exc}") from None
+    try:
+        ssl.create_default_context(cadata=text.decode("ascii", "replace"))
+    except (ssl.SSLError, ValueError) as exc:
+        raise ValueError(f"{path} is not a PEM CA bundle: {getattr(exc, 'reason', None) or exc}") from None
+    return path
+
+
+def _tls_name(value: Any) -> str:
+    name = as_str(value).strip().rstrip(".").lower()
+    if not re.fullmatch(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*", name):
+        raise ValueError(f"expected a host name such as api.internal, got {value!r}")
+    return name
 
 
 def _servers(r: Reader, value: Any, path: KeyPath) -> tuple[ServerSpec, ...]:
@@ -664,11 +769,19 @@ ZONE_REQUIRED = {
 }
 
 
-def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
+class ZoneTable(dict[str, ZoneSpec]):
+    """The zones that were built, and the names of those declared but refused: a route that
+    uses a refused zone is not reported again ("unknown zone"): its root cause already was."""
+
+    refused: frozenset[str] = frozenset()
+
+
+def _zones(r: Reader, value: Any, path: KeyPath) -> ZoneTable:
+    out = ZoneTable()
     if not isinstance(value, dict):
         r.error(path, "expected a mapping of zone names to zones")
-        return {}
-    out: dict[str, ZoneSpec] = {}
+        return out
+    out.refused = frozenset(str(name) for name in value)  # until each is built
     for name, body in value.items():
         zpath = path + (name,)
         if not isinstance(body, dict):
@@ -734,6 +847,7 @@ def _zones(r: Reader, value: Any, path: KeyPath) -> dict[str, ZoneSpec]:
             max_key=max_key,
             ipv6_prefix=ipv6_prefix,
         )
+    out.refused = frozenset(name for name in out.refused if name not in out)
     return out
 
 
@@ -970,6 +1084,10 @@ def _temp_path(value: Any) -> str:
     return path
 
 
+def _refused(zones: Mapping[str, ZoneSpec], name: str) -> bool:
+    return isinstance(zones, ZoneTable) and name in zones.refused
+
+
 def _zone_ref(
     r: Reader, data: dict[str, Any], path: KeyPath, zones: Mapping[str, ZoneSpec], kind: str, seen: set[str]
 ) -> str | None:
@@ -978,7 +1096,8 @@ def _zone_ref(
         return None
     zone = zones.get(name)
     if zone is None:
-        r.error(path + ("zone",), f'unknown zone "{name}"')
+        if not _refused(zones, name):
+            r.error(path + ("zone",), f'unknown zone "{name}"')
         return None
     if zone.type != kind:
         r.error(path + ("zone",), f'zone "{name}" is a {zone.type} zone, not a {kind} zone')
@@ -1086,7 +1205,8 @@ def _limits(r: Reader, value: Any, path: KeyPath, zones: Mapping[str, ZoneSpec])
             continue
         zone = zones.get(item["zone"])
         if zone is None:
-            r.error(ipath + ("zone",), f'unknown zone "{item["zone"]}"')
+            if not _refused(zones, item["zone"]):
+                r.error(ipath + ("zone",), f'unknown zone "{item["zone"]}"')
             continue
         required = ("zone", "max") if zone.type == "conn" else ("zone",)
         data = r.mapping(item, ipath, LIMIT_USE_KEYS[zone.type], required=required)
