@@ -45,10 +45,10 @@ def instructions(cmd: list[str], port: int, n: int, tmp: Path) -> int:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_port(port, timeout=120)
+    wait_port(port, timeout=900)  # valgrind starts slowly on a loaded machine
     asyncio.run(drive(port, n))
     proc.send_signal(signal.SIGINT if "baseline" in " ".join(cmd) else signal.SIGTERM)
-    proc.wait(120)
+    proc.wait(900)
     text = out.read_text(errors="replace")
     match = re.search(r"^summary:\s+(\d+)", text, re.M) or re.search(r"^totals:\s+(\d+)", text, re.M)
     assert match, "no callgrind summary"
