@@ -61,6 +61,7 @@ def run_case(client: redis.Redis, sha: str, kind: str, batch: int, rounds: int, 
         now = int(time.time() * 1000)
         keys: list[str] = []
         args: list[object] = []
+        plans: dict[tuple[object, ...], int] = {}  # each route's fixed arguments once per call
         ops = 0
         for key, member in held:  # last batch's releases ride in this one
             keys.append(key)
@@ -72,12 +73,15 @@ def run_case(client: redis.Redis, sha: str, kind: str, batch: int, rounds: int, 
             member = f"node:1:{seq}"
             i = j % nkeys
             op_keys, op_args = request_op(kind, i, now, member)
+            plan = plans.setdefault(tuple(op_args[3:]), len(plans) + 1)
             keys += op_keys
-            args += ["q", len(op_keys), len(op_args), *op_args]
+            args += ["q", len(op_keys), 4, plan, *op_args[:3]]
             ops += 1
             requests += 1
             if "conn" in kind:
                 held.append((op_keys[-1], member))
+        plan_args = [x for plan in plans for x in (len(plan), *plan)]
+        args = [len(plans), *plan_args, *args]
         client.evalsha(sha, len(keys), *keys, ops, *args)
     after = client.info("commandstats")["cmdstat_evalsha"]
     calls = after["calls"] - before["calls"]

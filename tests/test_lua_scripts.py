@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.limits import resty_req
@@ -116,3 +116,100 @@ def test_limit_conn_prunes_only_when_full_and_sets_expiry_on_a_new_set(client, s
     assert client.evalsha(sha, 1, key, 3, t + 30001, 30000, "d") == [1, 3]
     assert client.zscore(key, "a") is None
     assert client.evalsha(sha, 1, key, 3, t + 30001, 30000, "e") == [0, 3]
+
+
+# batch.lua: many requests in one call must decide and store exactly what one call each would.
+# Two routes' fixed arguments ("plans"): limit_req with a ban, and limit_req + two limit_conn zones.
+PLANS = (
+    # dry, n_req, n_count, n_conn, take_conn, lease_ms, n_algo, rate_m, burst_m, delay_m, ban_s
+    (0, 1, 0, 0, 0, 30000, 0, 2000, 2000, 2**53, 3),
+    # ..., rate_m, burst_m, delay_m, ban_s, then the conn zones' max
+    (0, 1, 0, 2, 1, 30000, 0, 1000, 3000, 1000, 0, 2, 3),
+)
+batch_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("q"), st.sampled_from([1, 2]), st.integers(0, 1), st.sampled_from([0, 0, 0, 100, 700, 1500])),
+        st.tuples(st.just("x"), st.integers(0, 40)),  # give back the lease of an earlier request
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def _run_batches(client, sha, prefix, ops, one_call_each):
+    """Run ``ops`` through batch.lua as one call, or one call per operation; the replies."""
+    now = 1_700_000_000_000
+    taken: list[tuple[list[str], str]] = []  # (conn keys, member) of the requests so far
+    calls: list[tuple[list[str], list[object], int]] = []  # per operation: keys, args, plan used
+    for n, op in enumerate(ops):
+        if op[0] == "q":
+            _, plan, k, dt = op
+            now += dt
+            keys = [f"{prefix}req:k{k}"] + ([f"{prefix}c1:k{k}", f"{prefix}c2:k{k % 2}"] if plan == 2 else [])
+            member = f"m{n}"
+            if plan == 2:
+                taken.append((keys[1:], member))
+            calls.append((keys, ["q", len(keys), 4, plan, now, member, ""], plan))
+        elif taken:
+            keys, member = taken[op[1] % len(taken)]
+            calls.append((keys, ["x", len(keys), 1, member], 0))
+    if not calls:
+        return []
+    plan_args = [x for plan in PLANS for x in (len(plan), *plan)]
+    groups = [[c] for c in calls] if one_call_each else [calls]
+    replies = []
+    for group in groups:
+        keys = [k for c in group for k in c[0]]
+        args = [x for c in group for x in c[1]]
+        replies += client.evalsha(sha, len(keys), *keys, len(group), len(PLANS), *plan_args, *args)
+    return replies
+
+
+def _bans_within(ops):
+    """Whether a key gets a fourth request within 2 s of its first (burst 2, 2 r/s): a ban starts."""
+    seen: dict[int, list[int]] = {}
+    now = 0
+    for op in ops:
+        if op[0] == "q":
+            now += op[3]
+            times = seen.setdefault(op[2], [])
+            times.append(now)
+            if len(times) >= 4 and times[-1] - times[-4] < 2000:
+                return True
+    return False
+
+
+def _stored(client, prefix):
+    out = {}
+    for key in client.keys(prefix + "*"):
+        name = key.decode()[len(prefix) :]
+        value = client.get(key) if client.type(key) == b"string" else sorted(client.zrange(key, 0, -1))
+        out[name] = (value, client.pttl(key))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=batch_ops)
+@example(ops=[("q", 1, 0, 0)] * 6 + [("q", 2, 0, 0), ("q", 2, 0, 0), ("x", 1), ("q", 2, 1, 0)] * 3)
+def test_a_batch_decides_and_stores_what_one_call_per_request_would(client, ops):
+    """Hot keys in one batch are read once and written at the end (req_states, conn_sizes):
+    the replies and what is left in Redis (values, set members, expiries) are the same as
+    one call each, bans started mid-batch and releases of leases taken earlier in it included."""
+    event("banned within the batch" if _bans_within(ops) else "no ban")
+    sha = client.script_load(lua.source("batch.lua"))
+    one, each = f"b{uuid.uuid4().hex}:", f"e{uuid.uuid4().hex}:"
+    batched_replies = _run_batches(client, sha, one, ops, False)
+    separate_replies = _run_batches(client, sha, each, ops, True)
+    assert len(batched_replies) == len(separate_replies)
+    for got, want in zip(batched_replies, separate_replies, strict=True):
+        if isinstance(want, list):
+            # a ban's time left (PTTL, one call each) may have lost a few ms between the calls
+            assert got[:3] + got[4:] == want[:3] + want[4:]
+            assert want[3] <= got[3] <= want[3] + 50
+        else:
+            assert got == want
+    batched, separate = _stored(client, one), _stored(client, each)
+    assert batched.keys() == separate.keys()
+    for name, (value, pttl) in batched.items():
+        assert value == separate[name][0], name
+        assert abs(pttl - separate[name][1]) < 1000, name  # set in the same second, give or take

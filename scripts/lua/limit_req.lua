@@ -24,15 +24,21 @@ A key without state starts at excess 0. The functions above the entry marker are
 also used by request.lua (the gateway's one-call-per-request script).
 ]]
 
--- Bucket level for `key` at `now` if one more request were accepted,
--- whether the key is banned, and the level stored before this request.
-local function req_peek(key, rate_m, now)
-  local raw = redis.call('GET', key)
+-- The decoded state of a stored value: {excess, last, forbidden}, or nil for none (or not ours).
+local function req_read(raw)
   if not raw then
-    return 0, 0
+    return nil
   end
   local ok, state = pcall(cjson.decode, raw)
   if not ok or type(state) ~= 'table' or #state < 3 then
+    return nil
+  end
+  return state
+end
+
+-- Bucket level at `now` if one more request were accepted, and whether the key is banned.
+local function req_level(state, rate_m, now)
+  if not state then
     return 0, 0
   end
   if state[3] == 1 then
@@ -43,6 +49,11 @@ local function req_peek(key, rate_m, now)
     excess = 0
   end
   return excess, 0
+end
+
+-- The same, for `key` as stored now.
+local function req_peek(key, rate_m, now)
+  return req_level(req_read(redis.call('GET', key)), rate_m, now)
 end
 
 local function req_accept(key, excess, now)

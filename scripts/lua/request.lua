@@ -39,39 +39,121 @@ Reply: {rc, fail_index, fail_excess, ban_ms, delay_ms, delay_index,
 --#include sliding_log.lua
 --#include token.lua
 
--- One request's decision: its KEYS and ARGV as described above start after KEYS[k0] and
--- ARGV[a0] (batch.lua passes many requests' in one call; alone, k0 = a0 = 0).
-local function request(KEYS, ARGV, k0, a0)
-  local now = tonumber(ARGV[a0 + 1])
-  local member = ARGV[a0 + 2]
-  local costs = {}
-  for cost in string.gmatch(ARGV[a0 + 3], '%d+') do
-    costs[#costs + 1] = tonumber(cost)
+-- batch.lua sets req_states to a table for one call: the limit_req states read or written
+-- in it, by key, and req_dirty the keys written (with their expiry in seconds), in order.
+-- A key's many requests in one batch (one busy client) then cost one GET and decode and one
+-- SET at the end (req_flush) instead of a GET, a SET and an EXPIRE each. Alone (request.lua's
+-- entry) both are nil: reads and writes go straight to Redis.
+local req_states, req_dirty = nil, nil
+local EMPTY = {}  -- stands for the tables of the kinds of limit a request does not have: never written
+
+local function req_get(key, rate_m, now)
+  if not req_states then
+    return req_peek(key, rate_m, now)
   end
-  local dry = ARGV[a0 + 4] == '1'
-  local n_req, n_count, n_conn = tonumber(ARGV[a0 + 5]), tonumber(ARGV[a0 + 6]), tonumber(ARGV[a0 + 7])
-  local take_conn = ARGV[a0 + 8] == '1'
-  local lease_ms = tonumber(ARGV[a0 + 9])
-  local n_algo = tonumber(ARGV[a0 + 10])
-  local arg = 11
+  local state = req_states[key]
+  if state == nil then
+    state = req_read(redis.call('GET', key)) or false
+    req_states[key] = state
+  end
+  return req_level(state or nil, rate_m, now)
+end
+
+local function req_put(key, excess, now, forbidden, ttl_s)
+  if not req_states then
+    if forbidden == 1 then
+      req_ban(key, excess, now, ttl_s)
+    else
+      req_accept(key, excess, now)
+    end
+    return
+  end
+  req_states[key] = {excess, now, forbidden}
+  if not req_dirty[key] then
+    req_dirty[#req_dirty + 1] = key
+  end
+  req_dirty[key] = ttl_s
+end
+
+-- The ban's remaining ms of a key found FORBIDDEN: a ban this batch started has all of it.
+local function req_ban_left(key)
+  if req_dirty and req_dirty[key] then
+    return req_dirty[key] * 1000
+  end
+  return redis.call('PTTL', key)
+end
+
+-- Write the states this batch changed: what each request's own SET and EXPIRE would have left.
+local function req_flush()
+  for i = 1, #req_dirty do
+    local key = req_dirty[i]
+    redis.call('SET', key, cjson.encode(req_states[key]), 'EX', req_dirty[key])
+  end
+end
+
+-- A route's fixed arguments (ARGV from dry on, see above) as numbers. batch.lua sends
+-- each distinct one once per call and parses it once, whatever number of requests use it.
+local function plan_of(ARGV, a)
+  local p = {
+    dry = ARGV[a + 1] == '1',
+    n_req = tonumber(ARGV[a + 2]),
+    n_count = tonumber(ARGV[a + 3]),
+    n_conn = tonumber(ARGV[a + 4]),
+    take_conn = ARGV[a + 5] == '1',
+    lease_ms = tonumber(ARGV[a + 6]),
+    n_algo = tonumber(ARGV[a + 7]),
+    rate = {}, burst = {}, delay = {}, ban = {},
+    limit = {}, window = {}, sliding = {},
+    kind = {}, p1 = {}, p2 = {}, p3 = {},
+    max = {},
+  }
+  local arg = a + 8
+  for i = 1, p.n_req do
+    p.rate[i], p.burst[i] = tonumber(ARGV[arg]), tonumber(ARGV[arg + 1])
+    p.delay[i], p.ban[i] = tonumber(ARGV[arg + 2]), tonumber(ARGV[arg + 3])
+    arg = arg + 4
+  end
+  for j = 1, p.n_count do
+    p.limit[j], p.window[j], p.sliding[j] = tonumber(ARGV[arg]), tonumber(ARGV[arg + 1]), ARGV[arg + 2] == '1'
+    arg = arg + 3
+  end
+  for x = 1, p.n_algo do
+    p.kind[x], p.p1[x] = tonumber(ARGV[arg]), tonumber(ARGV[arg + 1])
+    p.p2[x], p.p3[x] = tonumber(ARGV[arg + 2]), tonumber(ARGV[arg + 3])
+    arg = arg + 4
+  end
+  for k = 1, p.n_conn do
+    p.max[k] = tonumber(ARGV[arg + k - 1])
+  end
+  return p
+end
+
+-- One request's decision: its keys start after KEYS[k0] (batch.lua passes many requests'
+-- in one call; alone, k0 = 0); now, member and costs are ARGV's first three, plan the rest.
+local function request(KEYS, k0, now, member, cost_text, plan)
+  local costs = EMPTY
+  if cost_text ~= '' then
+    costs = {}
+    for cost in string.gmatch(cost_text, '%d+') do
+      costs[#costs + 1] = tonumber(cost)
+    end
+  end
+  local dry, take_conn, lease_ms = plan.dry, plan.take_conn, plan.lease_ms
+  local n_req, n_count, n_conn, n_algo = plan.n_req, plan.n_count, plan.n_conn, plan.n_algo
 
   local rc, fail_index, fail_excess, ban_ms = 1, 0, 0, 0
-  local excesses = {}
-  local params = {}
+  local excesses, rates, delays = {}, plan.rate, plan.delay
   for i = 1, n_req do
-    local rate_m, burst_m = tonumber(ARGV[a0 + arg]), tonumber(ARGV[a0 + arg + 1])
-    local delay_m, ban_s = tonumber(ARGV[a0 + arg + 2]), tonumber(ARGV[a0 + arg + 3])
-    params[i] = {rate_m, delay_m}
-    arg = arg + 4
+    local rate_m, burst_m, ban_s = rates[i], plan.burst[i], plan.ban[i]
     if rc == 1 then
-      local excess, forbidden = req_peek(KEYS[k0 + i], rate_m, now)
+      local excess, forbidden = req_get(KEYS[k0 + i], rate_m, now)
       if forbidden == 1 then
         rc, fail_index, fail_excess = 3, i, excess
-        ban_ms = redis.call('PTTL', KEYS[k0 + i])
+        ban_ms = req_ban_left(KEYS[k0 + i])
       elseif excess > burst_m then
         rc, fail_index, fail_excess = 2, i, excess
         if ban_s > 0 then
-          req_ban(KEYS[k0 + i], excess, now, ban_s)
+          req_put(KEYS[k0 + i], excess, now, 1, ban_s)
           ban_ms = ban_s * 1000
         end
       else
@@ -81,13 +163,13 @@ local function request(KEYS, ARGV, k0, a0)
   end
 
   local count_fail = 0
-  local used, reset, ends, passed = {}, {}, {}, {}
-  local windows, slid = {}, {}
+  local used, reset, ends, passed, windows, slid = EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY
+  if n_count > 0 then
+    used, reset, ends, passed, windows, slid = {}, {}, {}, {}, {}, {}
+  end
   local counting = rc == 1 or dry
   for j = 1, n_count do
-    local limit, window_ms = tonumber(ARGV[a0 + arg]), tonumber(ARGV[a0 + arg + 1])
-    local sliding = ARGV[a0 + arg + 2] == '1'
-    arg = arg + 3
+    local limit, window_ms, sliding = plan.limit[j], plan.window[j], plan.sliding[j]
     used[j], reset[j] = -1, -1
     windows[j] = window_ms
     if counting and sliding then
@@ -127,17 +209,17 @@ local function request(KEYS, ARGV, k0, a0)
   end
 
   local algo_fail = 0
-  local algo_replies, algo_store = {}, {}
+  local algo_replies, algo_store, algo_kind, algo_p, algo_expire = EMPTY, EMPTY, EMPTY, EMPTY, EMPTY
+  if n_algo > 0 then
+    algo_replies, algo_store, algo_kind, algo_p, algo_expire = {}, {}, {}, {}, {}
+  end
   local algo_going = (rc == 1 and count_fail == 0) or dry
   local algo_base = n_req + n_count + n_conn
-  local algo_kind, algo_p, algo_expire = {}, {}, {}
   local algo_delay = 0
   local reply_before, reply_after
   for a = 1, n_algo do
-    local kind = tonumber(ARGV[a0 + arg])
-    local p1, p2, p3 = tonumber(ARGV[a0 + arg + 1]), tonumber(ARGV[a0 + arg + 2]), tonumber(ARGV[a0 + arg + 3])
+    local kind, p1, p2, p3 = plan.kind[a], plan.p1[a], plan.p2[a], plan.p3[a]
     algo_kind[a], algo_p[a] = kind, p2
-    arg = arg + 4
     if algo_going then
       local limited, reply, store
       reply_before, reply_after = '', ''
@@ -178,11 +260,10 @@ local function request(KEYS, ARGV, k0, a0)
   if req_ok then
     -- nginx starts from the last zone's delay; an earlier zone wins only with a longer one
     for i = n_req, 1, -1 do
-      req_accept(KEYS[k0 + i], excesses[i], now)
-      local delay_m = params[i][2]
+      req_put(KEYS[k0 + i], excesses[i], now, 0, 60)
       local d = 0
-      if excesses[i] > delay_m then
-        d = math.floor((excesses[i] - delay_m) * 1000 / params[i][1])
+      if excesses[i] > delays[i] then
+        d = math.floor((excesses[i] - delays[i]) * 1000 / rates[i])
       end
       if delay_index == 0 or d > delay_ms then
         delay_ms, delay_index = d, i
@@ -209,17 +290,17 @@ local function request(KEYS, ARGV, k0, a0)
   end
 
   local conn_done, conn_fail = 0, 0
-  local counts = {}
+  local counts = n_conn > 0 and {} or EMPTY
   if take_conn and (passed_all or dry) and ((delay_ms == 0 and algo_delay == 0) or dry) then
     conn_done = 1
     for k = 1, n_conn do
       local key = KEYS[k0 + n_req + n_count + k]
-      local taken, count = conn_take(key, tonumber(ARGV[a0 + arg + k - 1]), now, lease_ms, member)
+      local taken, count = conn_take(key, plan.max[k], now, lease_ms, member)
       counts[k] = count
       if taken == 0 then
         conn_fail = k
         for back = 1, k - 1 do
-          redis.call('ZREM', KEYS[k0 + n_req + n_count + back], member)
+          conn_give_back(KEYS[k0 + n_req + n_count + back], member)
         end
         break
       end
@@ -253,4 +334,4 @@ local function request(KEYS, ARGV, k0, a0)
 end
 
 --#entry
-return request(KEYS, ARGV, 0, 0)
+return request(KEYS, 0, tonumber(ARGV[1]), ARGV[2], ARGV[3], plan_of(ARGV, 3))

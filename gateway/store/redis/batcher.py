@@ -241,23 +241,43 @@ class Batcher:
                 future.set_result(reply)
 
     def _encode(self, batch: _Batch) -> tuple[list[bytes], list[Any], bytes, int]:
-        """batch.lua's KEYS and ARGV: as a list, or RESP-encoded for a client that takes bytes."""
+        """batch.lua's KEYS and ARGV: as a list, or RESP-encoded for a client that takes bytes.
+
+        A request's route-fixed arguments (its ``tail``) go once per call as a plan, which
+        its operation names by number: the requests of one busy route share one."""
         keys: list[bytes] = []
-        args: list[Any] = [len(batch.ops)]
+        plans: dict[bytes, int] = {}
+        plan_args: list[Any] = []
+        op_args: list[Any] = []
         encoded = self.client.encoded
-        chunks = [encode_args(args)] if encoded else []
-        nargs = 1
+        plan_chunks: list[bytes] = []
+        op_chunks: list[bytes] = []
+        nargs = 2
         for op in batch.ops:
             keys += op.keys
-            head = [op.kind, len(op.keys), len(op.args) + len(op.tail), *op.args]
-            nargs += len(head) + len(op.tail)
-            if encoded:
-                chunks.append(encode_args(head))
-                chunks.append(op.tail_bytes)
+            if op.kind == b"q":
+                plan = plans.get(op.tail_bytes)
+                if plan is None:
+                    plan = plans[op.tail_bytes] = len(plans) + 1
+                    nargs += 1 + len(op.tail)
+                    if encoded:
+                        plan_chunks.append(encode_args([len(op.tail)]))
+                        plan_chunks.append(op.tail_bytes)
+                    else:
+                        plan_args.append(len(op.tail))
+                        plan_args += op.tail
+                head = [op.kind, len(op.keys), 1 + len(op.args), plan, *op.args]
             else:
-                args += head
-                args += op.tail
-        return keys, args, b"".join(chunks), nargs
+                head = [op.kind, len(op.keys), len(op.args), *op.args]
+            nargs += len(head)
+            if encoded:
+                op_chunks.append(encode_args(head))
+            else:
+                op_args += head
+        counts = [len(batch.ops), len(plans)]
+        if encoded:
+            return keys, [], encode_args(counts) + b"".join(plan_chunks) + b"".join(op_chunks), nargs
+        return keys, counts + plan_args + op_args, b"", nargs
 
     def _expire(self, batch: _Batch) -> None:
         """The batch's deadline passed without a reply."""
