@@ -179,6 +179,17 @@ class Wrk:
         assert match, self.output
         return int(match.group(1)), self.output
 
+    async def stop_and_check(self) -> None:
+        """Stop wrk (it must still be running: every reload happened under load) and check
+        that it got no socket error and no non-2xx answer over more than 1,000 requests."""
+        assert self.proc.poll() is None, "every reload must happen under load: wrk ended too soon"
+        self.proc.send_signal(signal.SIGINT)
+        requests, output = await asyncio.to_thread(self.result)
+        print(output)
+        assert requests > 1000, output
+        assert "Socket errors" not in output, output
+        assert "Non-2xx or 3xx responses" not in output, output
+
 
 async def test_reloads_of_listen_and_workers_drop_no_request_under_wrk_load(gateway_factory, upstream):
     admin, extra = free_port(), free_port()
@@ -202,13 +213,7 @@ async def test_reloads_of_listen_and_workers_drop_no_request_under_wrk_load(gate
             await wait_for(lambda: gw.stderr().count(f"listening on 127.0.0.1:{extra}") >= 2)
             assert await get(f"http://127.0.0.1:{extra}/echo") == 200
         await asyncio.sleep(1.0)
-    assert load.proc.poll() is None, "every reload must happen under load: wrk ended too soon"
-    load.proc.send_signal(signal.SIGINT)
-    requests, output = await asyncio.to_thread(Wrk.result, load)
-    print(output)
-    assert requests > 1000, output
-    assert "Socket errors" not in output, output
-    assert "Non-2xx or 3xx responses" not in output, output
+    await load.stop_and_check()
     assert refused(extra)
     assert gw.stderr().count("retired") == 1
 
@@ -225,11 +230,5 @@ async def test_single_process_listen_reloads_drop_no_request_under_wrk_load(gate
         assert done.returncode == 0, done.stderr
         assert refused(extra) == (extra not in listen)
         await asyncio.sleep(0.5)
-    assert load.proc.poll() is None, "every reload must happen under load: wrk ended too soon"
-    load.proc.send_signal(signal.SIGINT)
-    requests, output = await asyncio.to_thread(Wrk.result, load)
-    print(output)
-    assert requests > 1000, output
-    assert "Socket errors" not in output, output
-    assert "Non-2xx or 3xx responses" not in output, output
+    await load.stop_and_check()
     assert gw.stderr().count(f"stopped listening on 127.0.0.1:{extra}") == 2
