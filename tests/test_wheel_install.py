@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.redis]
 SUITE = [
     "tests/test_redis_store.py",
     "tests/test_lua_scripts.py",
+    "tests/test_redis_batching.py",
     "tests/test_cluster_e2e.py::test_three_nodes_admit_what_one_node_admits",
     "tests/test_cluster_e2e.py::test_a_manual_ban_reaches_every_node_within_a_second",
     "tests/test_cluster_e2e.py::test_an_automatic_ban_holds_on_every_node",
@@ -45,6 +46,10 @@ class Installed:
     @property
     def python(self) -> Path:
         return self.venv / "bin" / "python"
+
+    def run_code(self, code: str) -> str:
+        """Run ``code`` in the installed venv, from the suite's copy (no checkout on sys.path); its stdout."""
+        return run([str(self.python), "-c", code], cwd=self.suite, timeout=60, env=clean_env())
 
 
 def run(cmd: list[str], *, cwd: Path, timeout: float, env: dict[str, str] | None = None) -> str:
@@ -110,29 +115,15 @@ def test_the_wheel_holds_the_status_page(installed: Installed) -> None:
     files = sorted(p.name for p in (ROOT / "gateway" / "statuspage").iterdir() if p.suffix != ".py" and p.is_file())
     assert {"page.html", "page.js", "page.css", "favicon.svg"} <= set(files)
     assert [f for f in files if f"gateway/statuspage/{f}" not in names] == []
-    loaded = run(
-        [
-            str(installed.python),
-            "-c",
-            "from gateway import statuspage; import sys; sys.stdout.write(statuspage.response('page.html').text)",
-        ],
-        cwd=installed.suite,
-        timeout=60,
-        env=clean_env(),
+    loaded = installed.run_code(
+        "from gateway import statuspage; import sys; sys.stdout.write(statuspage.response('page.html').text)"
     )
     assert loaded == (ROOT / "gateway" / "statuspage" / "page.html").read_text()
 
 
 def test_the_redis_suite_passes_against_the_installed_wheel(installed: Installed) -> None:
-    where = run(
-        [
-            str(installed.python),
-            "-c",
-            "import gateway, gateway.store.lua as lua; lua.require_all(); print(gateway.__file__)",
-        ],
-        cwd=installed.suite,
-        timeout=60,
-        env=clean_env(),
+    where = installed.run_code(
+        "import gateway, gateway.store.lua as lua; lua.require_all(); print(gateway.__file__)"
     ).strip()
     assert Path(where).is_relative_to(installed.venv), f"gateway imported from {where}, not from the venv"
     assert not (installed.suite / "gateway").exists()
