@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import ROOT, free_port, wait_port
 
 UPSTREAM = r"""
 import asyncio, sys
@@ -54,22 +55,6 @@ USES = {
     "req": "limit_req: [{zone: req, burst: 100000, nodelay: true}]",
     "conn": "limit_conn: [{zone: conn, max: 10000}]",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def redis_cmd(port: int, *args: str) -> bytes:
@@ -154,8 +139,8 @@ def main() -> None:
             )
         )
         procs.append(subprocess.Popen([sys.executable, "-c", UPSTREAM, str(uport)]))
-        wait_port(rport)
-        wait_port(uport)
+        wait_port(rport, 15.0)
+        wait_port(uport, 15.0)
         config = (
             f"listen: 127.0.0.1:{gport}\nworkers: 1\n"
             f"store:\n  redis: {{url: 'redis://127.0.0.1:{rport}/0', timeout: {args.timeout}, on_error: deny}}\n"
@@ -172,7 +157,7 @@ def main() -> None:
             env=env,
         )
         procs.append(gw)
-        wait_port(gport)
+        wait_port(gport, 15.0)
         url = f"http://127.0.0.1:{gport}"
         load(url, args.connections, 1.0)  # warm up: scripts loaded, connections open
         time.sleep(0.3)
