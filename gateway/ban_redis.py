@@ -222,7 +222,11 @@ class RedisBans:
         return self.key, self.expiry_key, self.version_key, self.log_key
 
     async def _call(self, call: Any) -> Any:
-        return await asyncio.wait_for(call, self.timeout_s)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result when a
+        # cancellation arrives just as its call completes, and a cancelled loop goes on forever
+        # (close() then never returns); the same holds for the waits of _sync_loop and _buffered.
+        async with asyncio.timeout(self.timeout_s):
+            return await call
 
     # -- changes (CLI, admin API) ---------------------------------------------------------------------
     async def add(self, ban: Ban) -> None:
@@ -333,7 +337,8 @@ class RedisBans:
         while True:
             if delay:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._kick.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._kick.wait()
             self._kick.clear()
             try:
                 await self.refresh()
@@ -356,7 +361,8 @@ class RedisBans:
         self._buffer = []
         ok = False
         try:
-            await asyncio.wait_for(read, FULL_SYNC_DEADLINE_S)
+            async with asyncio.timeout(FULL_SYNC_DEADLINE_S):
+                await read
             ok = True
         finally:
             self._replay(ok)
