@@ -5,6 +5,7 @@ Key extractors and the access log read these fields; nothing here does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDictProxy
@@ -30,6 +31,7 @@ class RequestContext:
         "limit_token_status",
         "logged",
         "method",
+        "on_last_write",
         "peer",
         "raw_query",
         "raw_target",
@@ -102,6 +104,15 @@ class RequestContext:
         self.body_bytes_sent = -1
         self.logged = False
         self.extra: dict[str, str] | None = None
+        # Called once, just before the response's last bytes go to the client (the pipeline
+        # gives back limit_conn slots there: the client's next request must find them free).
+        self.on_last_write: Callable[[], None] | None = None
+
+    def last_write(self) -> None:
+        hook = self.on_last_write
+        if hook is not None:
+            self.on_last_write = None
+            hook()
 
     @property
     def ssl_protocol(self) -> str:

@@ -11,6 +11,7 @@ with status 499 when the client goes away first.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -131,6 +132,10 @@ class Pipeline:
                 return admission.response
         # 5. proxy (and 6. the log line, written when the response is done)
         pool.in_flight += 1
+        if admission is not None and admission.conn is not None and admission.conn.taken:
+            # Its slots go back before the response's last bytes do, not after: a client that
+            # sends its next request at once (maybe to another worker or node) finds them free.
+            ctx.on_last_write = functools.partial(self.limiter.finish, admission)
         try:
             return await self._forward(request, ctx, config, route, admission, pool)
         finally:

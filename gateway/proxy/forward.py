@@ -376,6 +376,7 @@ async def relay(
             spool.finish()
             spool.close()
             ctx.body_bytes_sent = 0
+            ctx.last_write()
             send(writer, data)
             await writer.drain()
             return ProxiedResponse(status, upstream.reason, keep_alive)
@@ -395,6 +396,7 @@ async def relay(
                 version, keep_alive, status, upstream.reason, len(body), no_body=False, head=False
             )
             ctx.body_bytes_sent = len(body)
+            ctx.last_write()
             send(writer, data, body)
             await writer.drain()
             return ProxiedResponse(status, upstream.reason, keep_alive)
@@ -409,6 +411,8 @@ async def relay(
         sent = 0
         try:
             async for chunk in spool.chunks(read_timeout):
+                if length is not None and sent + len(chunk) >= length:
+                    ctx.last_write()  # the chunk that completes the declared length
                 await writer.write(chunk)
                 sent += len(chunk)
         except UpstreamFailure as exc:
@@ -422,6 +426,7 @@ async def relay(
         ctx.body_bytes_sent = sent
         spool.finish()
         spool.close()  # before the last bytes go: nothing is left on disk once the client has it all
+        ctx.last_write()  # (a chunked body's terminator)
         await writer.write_eof()
         return response
     except BaseException:

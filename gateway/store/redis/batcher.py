@@ -12,10 +12,12 @@ under load a call carries what arrived during one round trip.
 * One deadline per batch, armed when its first operation is queued: a batch that
   has no reply ``timeout`` after that fails all its requests (StoreUnavailable) and
   drops the connection it waits on; the breaker counts that as one failure.
-* limit_conn releases and lease renewals (``release``, ``renew``) ride in the next
-  batch: the one of this tick, or under load the one filling while another is on
-  the wire; never a command of their own. (They do not wait longer for company: a
-  client's next request, maybe to another node, must find its slot given back.)
+* limit_conn releases and lease renewals (``release``, ``renew``) ride in batches,
+  never a command of their own. A release is sent at once, with whatever its group
+  has queued, when no batch of that group is on the wire, else in the one filling
+  meanwhile: it does not wait for company, because the request gives its slots back
+  just before its response's last bytes go out, and the client's next request, maybe
+  to another node, must find them free.
 * While the circuit is open, ``request`` raises at once. Releases and renewals
   are kept (up to ``MAX_HELD``) and sent when it closes, as are those of a batch
   that failed (``MAX_TRIES`` times at most: ZREM and ZADD XX are safe to repeat);
@@ -113,8 +115,11 @@ class Batcher:
         return future
 
     def release(self, group: int, keys: Sequence[bytes], member: bytes) -> None:
-        """Remove ``member``'s leases from ``keys`` (one slot), in the next batch."""
+        """Remove ``member``'s leases from ``keys`` (one slot): sent at once when that group has
+        no batch on the wire (a client's next request, maybe to another node, must find the
+        slot free), else in the batch filling meanwhile."""
         self._upkeep(group, _Op(b"x", keys, (member,)))
+        self._flush_now(group)
 
     def renew(self, group: int, key: bytes, until_ms: int, set_ttl_ms: int, members: Sequence[bytes]) -> None:
         """Push the lease end of ``members`` of ``key`` (ZADD XX), and the set's expiry, in the next batch."""
@@ -314,11 +319,15 @@ class Batcher:
     def flush_all(self) -> None:
         """Send every queued batch whose group has none on the wire, without waiting for a tick."""
         for group in list(self._pending):
-            if self._in_flight.get(group, 0) < MAX_IN_FLIGHT:
-                scheduled = self._scheduled.get(group)
-                if scheduled is not None:
-                    scheduled.cancel()
-                self._flush(group)
+            self._flush_now(group)
+
+    def _flush_now(self, group: int) -> None:
+        """Send ``group``'s queued batch now, unless one of its batches is on the wire."""
+        if group in self._pending and self._in_flight.get(group, 0) < MAX_IN_FLIGHT:
+            scheduled = self._scheduled.pop(group, None)
+            if scheduled is not None:
+                scheduled.cancel()
+            self._flush(group)
 
     async def idle(self) -> None:
         """Until nothing is queued or on the wire."""
