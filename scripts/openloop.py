@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import math
 import os
 import time
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import uvloop
+
+TIMER_TICK_S = 0.001  # libuv's timer resolution
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -171,7 +174,12 @@ class Generator:
                 self.dispatch(start + i * interval, i)
                 i += 1
             if i < res.scheduled:
-                await asyncio.sleep(max(0.0, start + i * interval - time.monotonic()))
+                # Never shorter than the loop's timer tick: libuv's timers count whole
+                # milliseconds, so a shorter sleep returns at once and the generator would spin,
+                # taking CPU from the upstream that shares its CPU. Requests due within a tick go
+                # out together on the tick (as wrk2's millisecond timers send them), each still
+                # timed from its own due time.
+                await asyncio.sleep(max(TIMER_TICK_S, start + i * interval - time.monotonic()))
         self.done.clear()
         if self.pending:
             with contextlib.suppress(TimeoutError):
@@ -232,7 +240,16 @@ class Conn(asyncio.Protocol):
 def run(
     url: str, rate: float, seconds: float, connections: int = 64, requests: Sequence[bytes] | None = None
 ) -> Result:
-    return uvloop.run(Generator(url, requests, connections).run(rate, seconds))
+    """One fixed-rate run. The generator's own garbage collector is off while it runs: a full
+    collection over its growing sample lists paused it for ~10 ms, which read as proxy latency."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        return uvloop.run(Generator(url, requests, connections).run(rate, seconds))
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 def pin_self_to_load_cpus() -> None:
