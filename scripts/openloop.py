@@ -24,7 +24,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -240,13 +240,19 @@ class Conn(asyncio.Protocol):
 def run(
     url: str, rate: float, seconds: float, connections: int = 64, requests: Sequence[bytes] | None = None
 ) -> Result:
-    """One fixed-rate run. The generator's own garbage collector is off while it runs: a full
-    collection over its growing sample lists paused it for ~10 ms, which read as proxy latency."""
+    with collector_off():
+        return uvloop.run(Generator(url, requests, connections).run(rate, seconds))
+
+
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """The generator's own garbage collector off while it generates: a full collection over its
+    growing sample lists paused it for ~10 ms, which read as proxy latency."""
     gc.collect()
     gc.freeze()
     gc.disable()
     try:
-        return uvloop.run(Generator(url, requests, connections).run(rate, seconds))
+        yield
     finally:
         gc.enable()
         gc.unfreeze()

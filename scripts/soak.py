@@ -109,7 +109,8 @@ def main() -> None:
             f"{args.keys} keys ({KEY_HEADER}), 64 connections; gateway pid {run.proc.pid} on CPU {bench.PROXY_CPU}",
             flush=True,
         )
-        uvloop.run(soak(run, rate, args.minutes * 60, args.keys, args.every))
+        with openloop.collector_off():
+            uvloop.run(soak(run, rate, args.minutes * 60, args.keys, args.every))
         print(f"error log lines about Redis: {redis_lines(run.error_log)}")
         for line in first_redis_lines(run.error_log):
             print(f"  first: {line}")
