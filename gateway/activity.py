@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gateway.clock import epoch_ms
 from gateway.keys import HASHED_MARK
 
 if TYPE_CHECKING:
@@ -300,7 +301,7 @@ class ConfigInfo:
     def __init__(self, path: str) -> None:
         self.path = path
         self.hash = file_hash(path)
-        self.loaded_ms = int(time.time() * 1000)
+        self.loaded_ms = epoch_ms()
         self.in_force_ms = self.loaded_ms  # when the configuration in force was loaded
         self.reloaded_ms: int | None = None
         self.results = {"success": 0, "failure": 0}
@@ -312,7 +313,7 @@ class ConfigInfo:
 
     def reloaded(self, ok: bool) -> None:
         """Count a reload (reads the file on success: call it off the serving loop)."""
-        self.reloaded_ms = int(time.time() * 1000)
+        self.reloaded_ms = epoch_ms()
         self.last_reload_ok = ok
         self.results["success" if ok else "failure"] += 1
         if ok:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.clock import epoch_ms
 from gateway.config.schema import ConfigSpec, ZoneSpec
 from gateway.zone_state import UnknownZone, store_key
 
@@ -72,7 +72,7 @@ class RedisZoneState:
 
     async def _read(self, spec: ZoneSpec, key: bytes) -> dict[str, Any] | None:
         client = self.client()
-        now = int(time.time() * 1000)
+        now = epoch_ms()
         if spec.type == "conn":
             active = int(await client.zcount(key, f"({now}", "+inf"))
             return {"active": active} if active else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -45,11 +46,19 @@ class RespConnectionError(ConnectionError):
         self.collateral = collateral
 
 
-def encode_args(args: tuple[Any, ...] | list[Any]) -> bytes:
+def encode_args(args: Sequence[Any]) -> bytes:
     """Bulk strings for ``args``, without the array header (see ``encode``)."""
     out = []
     for arg in args:
-        data = arg if isinstance(arg, bytes) else (arg.encode() if isinstance(arg, str) else str(arg).encode())
+        kind = type(arg)
+        if kind is bytes:
+            data = arg
+        elif kind is int:
+            data = b"%d" % arg
+        elif kind is str:
+            data = arg.encode()
+        else:
+            data = arg if isinstance(arg, bytes) else str(arg).encode()
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
 

@@ -47,7 +47,7 @@ from gateway.store.redis.batcher import Batcher
 from gateway.store.redis.breaker import FAILURES_TO_OPEN, PROBE_EVERY_S, Breaker
 from gateway.store.redis.client import CALL_ERRORS, NO_SCRIPT, ScriptClient, connect, script_client, slot_tags
 from gateway.store.redis.leases import Leases
-from gateway.store.redis.reply import Item, RequestReply, algo_params
+from gateway.store.redis.reply import Item, ReplyLayout, RequestReply, algo_params
 from gateway.store.resp import encode_args
 
 __all__ = ["FAILURES_TO_OPEN", "LEASE_MS", "PROBE_EVERY_S", "RENEW_EVERY_S", "Breaker", "RedisStore", "connect"]
@@ -55,6 +55,8 @@ __all__ = ["FAILURES_TO_OPEN", "LEASE_MS", "PROBE_EVERY_S", "RENEW_EVERY_S", "Br
 LEASE_MS = 30_000
 RENEW_EVERY_S = 10.0
 LOCAL_BANS_MAX = 100_000
+
+_Shape = tuple[list[Any], bytes, ReplyLayout]  # a call shape's fixed arguments (list, encoded) and reply layout
 
 
 class RedisStore:
@@ -80,7 +82,8 @@ class RedisStore:
         self._tags: list[bytes] | None = None
         self.zones: dict[str, ZoneSpec] = {}
         self._pending_undo: list[Coroutine[Any, Any, None]] = []  # cluster: undo calls of this decision
-        self._static: dict[tuple[Any, ...], tuple[LimitSet, tuple[list[int], list[Any], bytes]]] = {}
+        self._static: dict[tuple[Any, ...], tuple[LimitSet, _Shape]] = {}
+        self._zone_heads: dict[str, bytes] = {}  # zone -> b"<prefix><zone>:"
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def configure(self, zones: Any) -> None:
@@ -151,7 +154,10 @@ class RedisStore:
 
     # -- keys --------------------------------------------------------------------------------------
     def _req_key(self, zone: str, key: bytes) -> bytes:
-        return self.prefix + zone.encode() + b":" + key
+        head = self._zone_heads.get(zone)
+        if head is None:
+            head = self._zone_heads[zone] = self.prefix + zone.encode() + b":"
+        return head + key
 
     def _tagged_key(self, zone: str, key: bytes) -> bytes:
         if self._tags is None:
@@ -284,24 +290,25 @@ class RedisStore:
             parts = list(groups.values())
         else:
             parts = [items]
-        replies: list[Any]
+        # Every limit of the call's kinds has its key, in one call: the shape is the route's own.
+        limits = len(route.limit_conn)
+        if not conn_only:
+            limits += len(route.limit_req) + len(route.limit_count) + len(route.limit_algo)
+        full = not self.cluster and len(items) == limits
         try:
             if len(parts) == 1:
-                replies = [await self._call_request(route, parts[0], now, wants_conn, member, costs)]
+                results = [await self._call_request(route, parts[0], now, wants_conn, member, costs, full=full)]
+                failed: list[BaseException] = []
             else:
                 calls = (self._call_request(route, part, now, wants_conn, member, costs) for part in parts)
                 replies = await asyncio.gather(*calls, return_exceptions=True)
+                results = [r for r in replies if not isinstance(r, BaseException)]
+                failed = [r for r in replies if isinstance(r, BaseException)]
         except BaseException:
             # Cancelled (the client left) or failed after the script may have run: a slot
             # it took would be held by nobody. Give back whatever this request may hold.
             self._release_abandoned(member, [item[2] for item in items if item[0] == "n"] if wants_conn else [])
             raise
-        results = [
-            RequestReply(part, r, costs, route, now)
-            for part, r in zip(parts, replies, strict=True)
-            if not isinstance(r, BaseException)
-        ]
-        failed = [r for r in replies if isinstance(r, BaseException)]
         if failed:
             # Some groups answered, some did not: take back what the answering ones charged.
             for result in results:
@@ -332,25 +339,38 @@ class RedisStore:
         self.leases.release_later(member, keys, max(1.0, self.timeout * 4))
 
     async def _call_request(
-        self, route: LimitSet, part: list[Item], now: int, take_conn: bool, member: bytes, costs: list[int]
-    ) -> list[Any]:
-        order, tail, tail_bytes = self._static_args(route, part, take_conn)
-        keys = [part[j][2] for j in order]
-        part_costs = ",".join(str(costs[i]) for kd, i, _, _ in part if kd == "g")
-        group = self.client.slot(keys[0]) if self.cluster else 0
-        return list(await self.batcher.request(group, keys, (now, member, part_costs), tail, tail_bytes))
-
-    def _static_args(self, route: LimitSet, part: list[Item], take_conn: bool) -> tuple[list[int], list[Any], bytes]:
-        """What a request.lua call carries that depends only on the route: computed once."""
-        signature = (id(route), tuple((kd, i) for kd, i, _, _ in part), take_conn)
+        self,
+        route: LimitSet,
+        part: list[Item],
+        now: int,
+        take_conn: bool,
+        member: bytes,
+        costs: list[int],
+        *,
+        full: bool = False,
+    ) -> RequestReply:
+        """One group's request.lua call, through the batcher. ``full``: the part holds every
+        limit of the route (of its kinds), so its shape is known without spelling it out."""
+        signature = (id(route), take_conn, len(part)) if full else (id(route), take_conn, *[i[:2] for i in part])
         cached = self._static.get(signature)
         if cached is not None and cached[0] is route:
-            return cached[1]
-        order = [j for kind in "rcng" for j, item in enumerate(part) if item[0] == kind]
-        reqs = [i for kd, i, _, _ in part if kd == "r"]
-        counts = [i for kd, i, _, _ in part if kd == "c"]
-        conns = [i for kd, i, _, _ in part if kd == "n"]
-        algos = [i for kd, i, _, _ in part if kd == "g"]
+            tail, tail_bytes, layout = cached[1]
+        else:
+            tail, tail_bytes, layout = self._shape(signature, route, part, take_conn)
+        keys = [item[2] for item in part]  # built in the script's order: r, c, n, g
+        part_costs = ",".join(str(costs[i]) for i in layout.algo) if layout.algo else ""
+        group = self.client.slot(keys[0]) if self.cluster else 0
+        reply = await self.batcher.request(group, keys, (now, member, part_costs), tail, tail_bytes)
+        return RequestReply(layout, part, reply, costs, route, now)
+
+    def _shape(self, signature: tuple[Any, ...], route: LimitSet, part: list[Item], take_conn: bool) -> _Shape:
+        """What a request.lua call of this shape carries that depends only on the route, and where
+        its reply puts each limit: computed once per shape."""
+        kinds = [(kd, i) for kd, i, _, _ in part]
+        if kinds != sorted(kinds, key=lambda item: "rcng".index(item[0])):
+            raise AssertionError(f"request.lua's keys go in the order r, c, n, g: {kinds}")
+        layout = ReplyLayout(kinds, route)
+        reqs, counts, conns, algos = layout.req, layout.count, layout.conn, layout.algo
         tail: list[Any] = [1 if route.dry_run else 0, len(reqs), len(counts), len(conns)]
         tail += [1 if take_conn else 0, LEASE_MS, len(algos)]
         for i in reqs:
@@ -363,7 +383,7 @@ class RedisStore:
             tail += algo_params(route.limit_algo[i])
         for i in conns:
             tail.append(route.limit_conn[i].max)
-        value = (order, tail, encode_args(tail))
+        value = (tail, encode_args(tail), layout)
         if len(self._static) > 10_000:
             self._static.clear()
         self._static[signature] = (route, value)
@@ -392,7 +412,7 @@ class RedisStore:
                 if result.ban_ms > 0:
                     self._remember_ban(route.limit_req[index].zone, key, now + result.ban_ms)
             elif result.delay_index > 0:
-                index = result.req_items[result.delay_index - 1][0]
+                index = result.layout.req[result.delay_index - 1]
                 if (
                     delay_index < 0
                     or result.delay_ms > delay_ms
@@ -403,25 +423,26 @@ class RedisStore:
                 verdict.count_used[i] = used
                 verdict.count_reset_ms[i] = reset
             if result.count_fail > 0:
-                index = result.count_items[result.count_fail - 1]
+                index = result.layout.count[result.count_fail - 1]
                 count_fail = index if count_fail < 0 else min(count_fail, index)
-            for i, outcome in result.algo_outcomes():
-                verdict.algo[i] = outcome
+            if result.layout.algo:
+                for i, outcome in result.algo_outcomes():
+                    verdict.algo[i] = outcome
             if result.algo_fail > 0:
-                index = result.algo_items[result.algo_fail - 1]
+                index = result.layout.algo[result.algo_fail - 1]
                 algo_fail = index if algo_fail < 0 else min(algo_fail, index)
-            if result.conn_items:
+            if result.layout.conn:
                 if not result.conn_done:
                     conn_everywhere = False
                     continue
                 for i, count in result.conn_counts():
                     conn_counts[i] = count
                 if result.conn_fail > 0:
-                    index = result.conn_items[result.conn_fail - 1]
+                    index = result.layout.conn[result.conn_fail - 1]
                     conn_fail = index if conn_fail < 0 else min(conn_fail, index)
                 else:
                     taken += [(key, member) for key in result.conn_keys]
-        if verdict.req is not None and any(r.req_items for r in results):
+        if verdict.req is not None and any(r.layout.req for r in results):
             if req_fail is not None:
                 index, result = req_fail
                 verdict.req.rc = nginx_req.BUSY if result.rc == 2 else nginx_req.FORBIDDEN
@@ -468,14 +489,17 @@ class RedisStore:
                 keys.append(key)
                 kinds.append(kind)
         if committed and req:
-            keys += [key for _, key in result.req_keys_redis]
-            kinds += ["r"] * len(result.req_keys_redis)
+            req_keys = result.req_keys_redis
+            keys += req_keys
+            kinds += ["r"] * len(req_keys)
         if committed and count:
-            keys += result.count_keys
-            kinds += ["c"] * len(result.count_keys)
+            count_keys = result.count_keys
+            keys += count_keys
+            kinds += ["c"] * len(count_keys)
         if conn and result.conn_done and result.conn_fail == 0:
-            keys += result.conn_keys
-            kinds += ["n"] * len(result.conn_keys)
+            conn_keys = result.conn_keys
+            keys += conn_keys
+            kinds += ["n"] * len(conn_keys)
         if keys:
             self._pending_undo.append(self._undo_call(keys, kinds, member))
 

@@ -97,6 +97,7 @@ class Batcher:
         self._in_flight: dict[int, int] = {}
         self._scheduled: dict[int, asyncio.Handle] = {}
         self._held: list[_Op] = []  # releases and renewals waiting for the circuit to close
+        self._heads: dict[tuple[Any, ...], bytes] = {}
         breaker.on_close.append(self._resume)
         # figures: batches sent and the operations they carried
         self.batches = 0
@@ -271,18 +272,31 @@ class Batcher:
                     else:
                         plan_args.append(len(op.tail))
                         plan_args += op.tail
-                head = [op.kind, len(op.keys), 1 + len(op.args), plan, *op.args]
+                head = [op.kind, len(op.keys), 1 + len(op.args), plan]
             else:
-                head = [op.kind, len(op.keys), len(op.args), *op.args]
-            nargs += len(head)
+                head = [op.kind, len(op.keys), len(op.args)]
+            nargs += len(head) + len(op.args)
             if encoded:
-                op_chunks.append(encode_args(head))
+                op_chunks.append(self._head_bytes(head))
+                op_chunks.append(encode_args(op.args))
             else:
                 op_args += head
+                op_args += op.args
         counts = [len(batch.ops), len(plans)]
         if encoded:
             return keys, [], encode_args(counts) + b"".join(plan_chunks) + b"".join(op_chunks), nargs
         return keys, counts + plan_args + op_args, b"", nargs
+
+    def _head_bytes(self, head: list[Any]) -> bytes:
+        """An operation's head (kind, key count, argument count, plan), encoded: a few hundred
+        distinct ones at most, so encoded once each."""
+        key = tuple(head)
+        data = self._heads.get(key)
+        if data is None:
+            if len(self._heads) > 10_000:
+                self._heads.clear()
+            data = self._heads[key] = encode_args(head)
+        return data
 
     def _expire(self, batch: _Batch) -> None:
         """The batch's deadline passed without a reply."""

@@ -37,6 +37,10 @@ class Leases:
     def release(self, member: bytes, keys: Iterable[bytes]) -> None:
         """Give back ``member``'s slots in ``keys``: one operation per slot, in the next batch."""
         self.live.pop(member, None)
+        keys = list(keys)
+        if len(keys) == 1:
+            self.batcher.release(self.slot(keys[0]), keys, member)
+            return
         by_slot: dict[int, list[bytes]] = {}
         for key in keys:
             by_slot.setdefault(self.slot(key), []).append(key)

@@ -35,57 +35,108 @@ def _undo_kind(limit: Any, cost: int, now_ms: int, fields: list[Any]) -> str:
     return "n"  # sliding_log: remove the request's member, like a conn lease
 
 
-Item = tuple[str, int, bytes, bytes]  # (kind r/c/n, limit index, Redis key, raw key)
+Item = tuple[str, int, bytes, bytes]  # (kind r/c/n/g, limit index, Redis key, raw key)
+
+
+class ReplyLayout:
+    """Where request.lua's reply puts each limit, for one shape of call: a route and the kinds
+    and limit indices of the keys it carries (in the script's order r, c, n, g). Computed once
+    per shape, with the call's fixed arguments, and shared by every reply of that shape."""
+
+    __slots__ = (
+        *("algo", "algo_at", "algo_pos", "conn", "conn_at", "conn_pos"),
+        *("count", "count_at", "count_pos", "quota", "req", "req_pos"),
+    )
+
+    def __init__(self, kinds: list[tuple[str, int]], route: LimitSet) -> None:
+        def of(kind: str) -> tuple[list[int], list[int]]:
+            return [i for kd, i in kinds if kd == kind], [j for j, (kd, _) in enumerate(kinds) if kd == kind]
+
+        self.req, self.req_pos = of("r")  # limit indices, and their positions in the call's part
+        self.count, self.count_pos = of("c")
+        self.conn, self.conn_pos = of("n")
+        self.algo, self.algo_pos = of("g")
+        self.count_at = 6 + len(self.req)  # count_fail, then used and reset per count key
+        self.conn_at = self.count_at + 1 + 2 * len(self.count)  # conn_done, conn_fail, then counts
+        self.algo_at = self.conn_at + 2 + len(self.conn)  # algo_fail, then 8 fields per algo key
+        self.quota = [_quota(route.limit_algo[i]) for i in self.algo]
 
 
 class RequestReply:
     """request.lua's reply for one group of keys, decoded into named fields."""
 
-    def __init__(self, part: list[Item], reply: list[Any], costs: list[int], route: LimitSet, now_ms: int) -> None:
-        self.req_items = [(i, raw) for kd, i, _, raw in part if kd == "r"]
-        self.req_keys_redis = [(i, key) for kd, i, key, _ in part if kd == "r"]
-        self.count_items = [i for kd, i, _, _ in part if kd == "c"]
-        self.count_keys = [key for kd, _, key, _ in part if kd == "c"]
-        self.conn_items = [i for kd, i, _, _ in part if kd == "n"]
-        self.conn_keys = [key for kd, _, key, _ in part if kd == "n"]
+    __slots__ = (
+        *("_algo", "_part", "_reply", "algo_fail", "ban_ms", "conn_done", "conn_fail", "count_fail", "costs"),
+        *("delay_index", "delay_ms", "fail_excess", "fail_index", "layout", "now_ms", "rc", "route"),
+    )
+
+    def __init__(
+        self, layout: ReplyLayout, part: list[Item], reply: list[Any], costs: list[int], route: LimitSet, now_ms: int
+    ) -> None:
+        self.layout = layout
+        self._part = part
+        self._reply = reply
         self.rc, self.fail_index, self.fail_excess, self.ban_ms, self.delay_ms, self.delay_index = reply[:6]
-        pos = 6
-        self._excess = reply[pos : pos + len(self.req_items)]
-        pos += len(self.req_items)
-        self.count_fail = reply[pos]
-        pos += 1
-        n = len(self.count_items)
-        self._used = reply[pos : pos + n]
-        self._reset = reply[pos + n : pos + 2 * n]
-        pos += 2 * n
-        self.conn_done, self.conn_fail = reply[pos], reply[pos + 1]
-        self._conn = reply[pos + 2 : pos + 2 + len(self.conn_items)]
-        pos += 2 + len(self.conn_items)
-        self.algo_items = [i for kd, i, _, _ in part if kd == "g"]
-        self.algo_fail = reply[pos]
-        self._algo = [reply[pos + 1 + 8 * a : pos + 9 + 8 * a] for a in range(len(self.algo_items))]
-        self._quota = [_quota(route.limit_algo[i]) for i in self.algo_items]
-        # what undo.lua takes back from each passed algo key: (key, undo kind)
-        self.algo_undo = [
-            (key, _undo_kind(route.limit_algo[i], costs[i], now_ms, fields))
-            for (_, i, key, _), fields in zip([p for p in part if p[0] == "g"], self._algo, strict=True)
-            if fields[0] == 0 and costs[i] > 0
-        ]
+        self.count_fail = reply[layout.count_at]
+        self.conn_done = reply[layout.conn_at]
+        self.conn_fail = reply[layout.conn_at + 1]
+        at = layout.algo_at
+        self.algo_fail = reply[at]
+        self._algo = [reply[at + 1 + 8 * a : at + 9 + 8 * a] for a in range(len(layout.algo))]
+        self.costs = costs
+        self.route = route
         self.now_ms = now_ms
 
+    # the keys, by kind: (limit index, raw key), or Redis keys
+    @property
+    def req_items(self) -> list[tuple[int, bytes]]:
+        return [(i, self._part[j][3]) for i, j in zip(self.layout.req, self.layout.req_pos, strict=True)]
+
+    @property
+    def req_keys_redis(self) -> list[bytes]:
+        return [self._part[j][2] for j in self.layout.req_pos]
+
+    @property
+    def count_keys(self) -> list[bytes]:
+        return [self._part[j][2] for j in self.layout.count_pos]
+
+    @property
+    def conn_keys(self) -> list[bytes]:
+        return [self._part[j][2] for j in self.layout.conn_pos]
+
+    @property
+    def algo_undo(self) -> list[tuple[bytes, str]]:
+        """What undo.lua takes back from each passed algo key: (key, undo kind)."""
+        route, costs = self.route, self.costs
+        return [
+            (self._part[j][2], _undo_kind(route.limit_algo[i], costs[i], self.now_ms, fields))
+            for i, j, fields in zip(self.layout.algo, self.layout.algo_pos, self._algo, strict=True)
+            if fields[0] == 0 and costs[i] > 0
+        ]
+
+    # the results, by kind, for the limits that applied (a negative field: not evaluated)
     def excesses(self) -> list[tuple[int, int]]:
-        return [(i, e) for (i, _), e in zip(self.req_items, self._excess, strict=True) if e >= 0]
+        req = self.layout.req
+        return [(i, e) for i, e in zip(req, self._reply[6 : 6 + len(req)], strict=True) if e >= 0]
 
     def counts(self) -> list[tuple[int, int, int]]:
-        return [(i, u, r) for i, u, r in zip(self.count_items, self._used, self._reset, strict=True) if u >= 0]
+        count = self.layout.count
+        n = len(count)
+        if not n:
+            return []
+        at = self.layout.count_at + 1
+        used, reset = self._reply[at : at + n], self._reply[at + n : at + 2 * n]
+        return [(i, u, r) for i, u, r in zip(count, used, reset, strict=True) if u >= 0]
 
     def algo_outcomes(self) -> list[tuple[int, AlgoOutcome]]:
         # the script answers CL.THROTTLE's fields: limited first
         return [
             (i, AlgoOutcome(f[0] == 0, quota if quota is not None else f[1], f[2], f[3], f[4], f[5]))
-            for i, f, quota in zip(self.algo_items, self._algo, self._quota, strict=True)
+            for i, f, quota in zip(self.layout.algo, self._algo, self.layout.quota, strict=True)
             if f[0] >= 0
         ]
 
     def conn_counts(self) -> list[tuple[int, int]]:
-        return [(i, c) for i, c in zip(self.conn_items, self._conn, strict=True) if c >= 0]
+        conn = self.layout.conn
+        at = self.layout.conn_at + 2
+        return [(i, c) for i, c in zip(conn, self._reply[at : at + len(conn)], strict=True) if c >= 0]
