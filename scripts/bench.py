@@ -364,6 +364,7 @@ class Target:
     about: str
     launch: Launch
     missing: Callable[[Lab], str] = lambda lab: ""  # why it cannot run here ("" = it can)
+    gw: Gw | None = None  # a gateway target's configuration (bench_instructions.py starts it under valgrind)
 
 
 def start_gateway(lab: Lab, name: str, gw: Gw, cpus: str = PROXY_CPU) -> Running:
@@ -389,7 +390,7 @@ def gateway(about: str, gw: Gw, cpus: str = PROXY_CPU, after: Callable[[Lab, Run
             after(lab, run)
         return run
 
-    return Target(about, launch)
+    return Target(about, launch, gw=gw)
 
 
 def start_baseline(lab: Lab, name: str) -> Running:

@@ -19,14 +19,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROOT, start_redis, start_upstream, target_command, wait_port
+from bench import PY, ROOT, TARGETS, Lab, free_port, wait_port
 
 
 async def drive(port: int, n: int) -> None:
@@ -55,6 +54,21 @@ def instructions(cmd: list[str], port: int, n: int, tmp: Path) -> int:
     return int(match.group(1))
 
 
+def command(lab: Lab, name: str) -> tuple[list[str], int]:
+    """The command line of one of bench.py's targets (the bare proxy or a gateway config), and
+    the port it will listen on; Redis, when the target uses it, is started here."""
+    port = free_port()
+    if name == "baseline":
+        return [PY, str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{lab.upstream()}"], port
+    gw = TARGETS[name].gw
+    if gw is None or gw.workers != 1:
+        raise SystemExit(f"{name}: not a one-process gateway target")
+    redis_port = lab.redis().port if gw.redis else 0
+    conf = lab.tmp / f"{name}.yaml"
+    conf.write_text(gw.config(port, lab.upstream(), redis_port, 0, lab.tmp / f"{name}.error.log"))
+    return [PY, "-m", "gateway", "run", "-c", str(conf)], port
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=300)
@@ -62,31 +76,21 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed")
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        upstream, up_port, kind = start_upstream(tmp)
-        targets = args.targets.split(",")
-        redis_proc, redis_port = start_redis(tmp) if "gateway+redis" in targets else (None, 0)
-        results = {}
-        try:
-            for name in targets:
-                cmd, port = target_command(name, tmp, up_port, redis_port)
-                n = args.requests
-                small = instructions(cmd, port, n, tmp)
-                large = instructions(cmd, port, 2 * n, tmp)
-                results[name] = (large - small) / n
-                print(f"{name:<14} {results[name] / 1000:10.1f} k instructions/request", flush=True)
-        finally:
-            upstream.send_signal(signal.SIGTERM)
-            upstream.wait(10)
-            if redis_proc is not None:
-                redis_proc.send_signal(signal.SIGTERM)
-                redis_proc.wait(10)
+    targets = args.targets.split(",")
+    results = {}
+    with Lab() as lab:
+        for name in targets:
+            cmd, port = command(lab, name)
+            n = args.requests
+            small = instructions(cmd, port, n, lab.tmp)
+            large = instructions(cmd, port, 2 * n, lab.tmp)
+            results[name] = (large - small) / n
+            print(f"{name:<20} {results[name] / 1000:10.1f} k instructions/request", flush=True)
         base = results.get(targets[0])
         if base:
-            print(f"\nupstream: {kind}; ratios to {targets[0]} (lower is cheaper):")
+            print(f"\nupstream: {lab.upstream_kind}; ratios to {targets[0]} (lower is cheaper):")
             for name, value in results.items():
-                print(f"{name:<14} {value / base:6.2f}")
+                print(f"{name:<20} {value / base:6.2f}")
 
 
 if __name__ == "__main__":
