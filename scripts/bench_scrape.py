@@ -16,14 +16,13 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import PY, ROOT, free_port, start_upstream, wait_port
+from bench import PY, ROOT, Lab, free_port, wait_port
 
 TOKEN = "bench-token"
 
@@ -74,12 +73,10 @@ def main() -> None:
     parser.add_argument("--routes", type=int, default=50)
     parser.add_argument("--scrapes", type=int, default=200)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
-        upstream_proc, upstream, _ = start_upstream(tmp)
+    with Lab() as lab:
         port, admin = free_port(), free_port()
-        conf = tmp / "limits.yaml"
-        conf.write_text(config(port, admin, upstream, args.workers, args.routes))
+        conf = lab.tmp / "limits.yaml"
+        conf.write_text(config(port, admin, lab.upstream(), args.workers, args.routes))
         proc = subprocess.Popen([PY, "-m", "gateway", "run", "-c", str(conf)], cwd=ROOT, stderr=subprocess.DEVNULL)
         try:
             wait_port(port)
@@ -91,8 +88,6 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
-            upstream_proc.terminate()
-            upstream_proc.wait(10)
     times.sort()
     print(
         f"workers={args.workers} routes={args.routes}: scrape median {statistics.median(times) * 1000:.2f} ms, "

@@ -70,3 +70,62 @@ def test_parse_info_skips_headers_and_blanks():
         "cmdstat_evalsha:calls=4,usec=9,usec_per_call=2.25\r\ncmdstat_info:calls=7,usec=1", text
     )
     assert snap == bench.RedisSnapshot(script_calls=4, commands=4, cpu_seconds=pytest.approx(1.75))
+
+
+@pytest.mark.parametrize("script", sorted(p.stem for p in (ROOT / "scripts").glob("*.py")))
+def test_every_script_imports(script):
+    """A script that imports a helper bench.py no longer has fails only when someone runs it:
+    bench_instructions.py and bench_scrape.py did. Importing runs none of their main()."""
+    __import__(script)
+
+
+def test_the_open_loop_generator_sleeps_a_timer_tick_at_least_and_keeps_its_rate(monkeypatch):
+    """libuv's timers count whole milliseconds: a shorter sleep returns at once, so a generator
+    that asked for one spun, took the CPU it shares with the upstream, and its own lateness
+    read as proxy latency. Every pause it asks for is a tick or more, and it keeps its rate."""
+    import asyncio
+    import contextlib
+    import threading
+
+    async def serve(ready: threading.Event, stop: threading.Event, port_box: list[int]) -> None:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                    while await reader.readuntil(b"\r\n\r\n"):
+                        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port_box.append(server.sockets[0].getsockname()[1])
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        server.close()
+        await server.wait_closed()
+
+    ready, stop, port_box = threading.Event(), threading.Event(), []
+    thread = threading.Thread(target=lambda: asyncio.run(serve(ready, stop, port_box)), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    generator_thread = threading.get_ident()
+    pauses: list[float] = []
+    real_sleep = asyncio.sleep
+
+    def sleep(delay: float, *args: object) -> object:
+        if threading.get_ident() == generator_thread:
+            pauses.append(delay)
+        return real_sleep(delay, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    try:
+        result = openloop.run(f"http://127.0.0.1:{port_box[0]}/", rate=3000, seconds=1, connections=8)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert result.errors == 0 and result.unanswered == 0
+    assert result.statuses == {200: 3000} and len(result.latencies) == result.scheduled == 3000
+    assert pauses and min(pauses) >= openloop.TIMER_TICK_S == 0.001
+    # at 3,000/s three requests fall due per tick: they go out together, a tick apart
+    assert len(pauses) < 1500
+    assert openloop.percentile(sorted(result.timer_lag), 50) < 0.005
