@@ -82,3 +82,62 @@ async def test_the_worker_reconnects_after_losing_the_master(tmp_path):
     finally:
         await client.close()
         await server.close()
+
+
+async def test_the_calls_of_one_tick_share_a_write_and_each_gets_its_own_answer(tmp_path, monkeypatch):
+    """Frames queued in one tick go to the master in one write; the master answers one read's
+    frames in one write. 200 concurrent admits over 100 keys with max 1: each key's first caller
+    holds the slot, its second is refused, and the releases free them all."""
+    config, store, server, client = await setup(tmp_path)
+    route = config.routes[0]
+    assert client._writer is not None
+    writes: list[int] = []
+    real_write = client._writer.write
+    monkeypatch.setattr(client._writer, "write", lambda data: (writes.append(len(data)), real_write(data))[1])
+    try:
+        keys = [b"k%d" % (i % 100) for i in range(200)]
+        verdicts = await asyncio.gather(*(client.admit(route, [], [], [key]) for key in keys))
+        assert len(writes) <= 2  # one write for the tick (a DEFINE and 200 ADMITs), not 201
+        first, second = verdicts[:100], verdicts[100:]
+        assert all(v.conn is not None and v.conn.rejected == -1 and v.conn.taken for v in first)
+        assert all(v.conn is not None and v.conn.rejected == 0 and not v.conn.taken for v in second)
+        assert len(store.zones["conns"].counts) == 100
+        for verdict in first:
+            assert verdict.conn is not None
+            client.release(route, verdict.conn)
+        await asyncio.sleep(0.1)
+        assert store.zones["conns"].counts == {}
+    finally:
+        await client.close()
+        await server.close()
+
+
+async def test_frames_split_across_reads_and_many_to_a_read_are_all_decoded(monkeypatch):
+    from gateway.store import shared
+    from gateway.store.shared import MAX_FRAME, _frame, _read_frames
+
+    messages = [(2, i, 7, [b"x" * (i * 37)], [], [], []) for i in range(50)]
+    data = b"".join(_frame(m) for m in messages)
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    batches = [batch async for batch in _read_frames(reader)]
+    assert len(batches) == 1 and batches[0] == messages  # many to a read
+
+    monkeypatch.setattr(shared, "READ_SIZE", 5)  # headers and bodies split anywhere
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    batches = [batch async for batch in _read_frames(reader)]
+    assert len(batches) == 50 and [m for batch in batches for m in batch] == messages
+
+    bad = asyncio.StreamReader()
+    bad.feed_data((MAX_FRAME + 1).to_bytes(4, "big"))
+    bad.feed_eof()
+    try:
+        async for _ in _read_frames(bad):
+            pass
+    except ValueError as exc:
+        assert "frame of" in str(exc)
+    else:
+        raise AssertionError("an oversized frame was accepted")

@@ -18,6 +18,10 @@ Wire format: frames of a 4-byte big-endian length and a ``marshal``-encoded tupl
 
 Slots taken for a worker are leases; if the worker's connection drops (it died),
 the master releases everything it held.
+
+Frames are batched both ways: a worker writes the frames of one event-loop tick in
+one write (a RELEASE goes at once, with whatever is queued); the master decodes every
+frame of one read and answers them in one write.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import asyncio
 import contextlib
 import marshal
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +50,7 @@ from gateway.store.memory import MemoryStore
 DEFINE, ADMIT, CONN, RELEASE = 1, 2, 3, 4
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024
+READ_SIZE = 256 * 1024
 BANS_PER_FRAME = 500  # a worker applies one frame in a few ms, then serves again
 CHANGE, SNAPSHOT, SNAPSHOT_END = 0, 1, 2
 
@@ -163,12 +168,28 @@ def _encode_verdict(verdict: Verdict, lease: int) -> tuple[Any, ...]:
     )
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> Any:
-    header = await reader.readexactly(4)
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes")
-    return marshal.loads(await reader.readexactly(size))
+async def _read_frames(reader: asyncio.StreamReader) -> AsyncIterator[list[Any]]:
+    """The messages of each read, as they come: a busy peer's frames arrive many to a read, and
+    are decoded together rather than with two awaits each. Ends at EOF."""
+    buffer = bytearray()
+    while True:
+        data = await reader.read(READ_SIZE)
+        if not data:
+            return
+        buffer += data
+        messages = []
+        at = 0
+        while len(buffer) - at >= 4:
+            (size,) = _HEADER.unpack_from(buffer, at)
+            if size > MAX_FRAME:
+                raise ValueError(f"frame of {size} bytes")
+            if len(buffer) - at - 4 < size:
+                break
+            messages.append(marshal.loads(buffer[at + 4 : at + 4 + size]))
+            at += 4 + size
+        del buffer[:at]
+        if messages:
+            yield messages
 
 
 def _frame(message: tuple[Any, ...]) -> bytes:
@@ -228,31 +249,34 @@ class SharedStoreServer:
         for frame in self._snapshot():
             writer.write(frame)
         try:
-            while True:
-                message = await _read_frame(reader)
-                kind = message[0]
-                if kind == RELEASE:
-                    decision = leases.pop(message[1], None)
-                    if decision is not None:
-                        conn_logic.release(decision.taken)
-                    continue
-                if kind == DEFINE:
-                    routes[message[1]] = _limits(message[2])
-                    continue
-                req_id = message[1]
-                try:
-                    limits = routes[message[2]]
-                    if kind == ADMIT:
-                        algo = [(key, cost) for key, cost in message[6]]
-                        verdict = store.decide(limits, message[3], message[4], message[5], algo)
-                        lease = self._lease(leases, verdict.conn)
-                        reply: tuple[Any, ...] = (req_id, _encode_verdict(verdict, lease))
-                    else:
-                        decision = store.take_conn(limits, message[3])
-                        reply = (req_id, _encode_conn(decision, self._lease(leases, decision)))
-                except Exception as exc:  # e.g. a zone reloaded with another type: answer, stay up
-                    reply = (req_id, None, f"cannot decide ({exc!r})")
-                writer.write(_frame(reply))
+            async for messages in _read_frames(reader):
+                replies = []  # the answers to one read go out in one write
+                for message in messages:
+                    kind = message[0]
+                    if kind == RELEASE:
+                        decision = leases.pop(message[1], None)
+                        if decision is not None:
+                            conn_logic.release(decision.taken)
+                        continue
+                    if kind == DEFINE:
+                        routes[message[1]] = _limits(message[2])
+                        continue
+                    req_id = message[1]
+                    try:
+                        limits = routes[message[2]]
+                        if kind == ADMIT:
+                            algo = [(key, cost) for key, cost in message[6]]
+                            verdict = store.decide(limits, message[3], message[4], message[5], algo)
+                            lease = self._lease(leases, verdict.conn)
+                            reply: tuple[Any, ...] = (req_id, _encode_verdict(verdict, lease))
+                        else:
+                            decision = store.take_conn(limits, message[3])
+                            reply = (req_id, _encode_conn(decision, self._lease(leases, decision)))
+                    except Exception as exc:  # e.g. a zone reloaded with another type: answer, stay up
+                        reply = (req_id, None, f"cannot decide ({exc!r})")
+                    replies.append(_frame(reply))
+                if replies:
+                    writer.write(b"".join(replies))
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
@@ -273,6 +297,11 @@ class SharedStoreServer:
 # -- worker side -----------------------------------------------------------------------------------
 
 
+def _time_out(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
+
+
 class SharedStoreClient:
     """The Store a worker uses when the master owns the node's embedded store."""
 
@@ -291,6 +320,7 @@ class SharedStoreClient:
         self._reconnect_task: asyncio.Task[None] | None = None
         self._abandoned: dict[int, int] = {}  # request id -> kind, for replies nobody waits for
         self._closing = False
+        self._out: list[bytes] = []  # frames queued in this tick
         self.on_bans: Callable[[list[Ban], list[str], int], None] | None = None
 
     def configure(self, zones: Any) -> None:
@@ -315,23 +345,26 @@ class SharedStoreClient:
                     raise
                 await asyncio.sleep(0.05)
         self._routes.clear()
+        self._out.clear()
         self._reader_task = asyncio.ensure_future(self._read_replies())
 
     async def _read_replies(self) -> None:
         assert self._reader is not None
         try:
-            while True:
-                message = await _read_frame(self._reader)
-                if message[0] == 0:
-                    if self.on_bans is not None:
-                        self.on_bans([Ban.from_json(text) for text in message[1]], message[2], message[3])
-                        await asyncio.sleep(0)  # one frame at a time: serve between two
-                    continue
-                future = self._pending.pop(message[0], None)
-                if future is not None and not future.done():
-                    future.set_result(message)
-                else:
-                    self._release_abandoned(message)
+            async for messages in _read_frames(self._reader):
+                for message in messages:
+                    if message[0] == 0:
+                        if self.on_bans is not None:
+                            self.on_bans([Ban.from_json(text) for text in message[1]], message[2], message[3])
+                            await asyncio.sleep(0)  # one frame at a time: serve between two
+                        continue
+                    future = self._pending.pop(message[0], None)
+                    if future is not None and not future.done():
+                        future.set_result(message)
+                    else:
+                        self._release_abandoned(message)
+            if not self._closing:
+                errorlog.log.error("lost the connection to the master's store: it closed")
         except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
             errorlog.log.error("lost the connection to the master's store: %r", exc)
         finally:
@@ -364,6 +397,7 @@ class SharedStoreClient:
                 delay = min(delay * 2, 1.0)
                 continue
             self._routes.clear()  # descriptions are per connection: send them again
+            self._out.clear()
             errorlog.log.log(errorlog.NOTICE, "reconnected to the master's store")
             self._reader_task = asyncio.ensure_future(self._read_replies())
             return
@@ -379,17 +413,28 @@ class SharedStoreClient:
         return desc_id
 
     def _send(self, message: tuple[Any, ...]) -> None:
+        """Queue a frame: the frames of one event-loop tick go to the master in one write."""
         if self._writer is None:
             raise StoreUnavailable("no connection to the master's store")
-        self._writer.write(_frame(message))
+        self._out.append(_frame(message))
+        if len(self._out) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if out and self._writer is not None:  # (a lost connection failed their callers already)
+            self._writer.write(b"".join(out))
 
     async def _call(self, message: tuple[Any, ...]) -> Any:
         req_id = message[1]
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending[req_id] = future
+        timer: asyncio.TimerHandle | None = None
         try:
             self._send(message)
-            reply = await asyncio.wait_for(future, self.timeout)
+            timer = loop.call_later(self.timeout, _time_out, future)
+            reply = await future
         except TimeoutError:
             self._abandoned[req_id] = message[0]
             raise StoreUnavailable("the master's store did not answer in time") from None
@@ -398,6 +443,8 @@ class SharedStoreClient:
             raise
         finally:
             self._pending.pop(req_id, None)
+            if timer is not None:
+                timer.cancel()
         if len(reply) > 2:
             raise StoreUnavailable(reply[2])
         return reply[1]
@@ -450,9 +497,14 @@ class SharedStoreClient:
             with contextlib.suppress(StoreUnavailable):
                 self._send((RELEASE, lease))
         decision.taken = []
+        # At once, with whatever this tick queued: the pipeline gives slots back just before the
+        # response's last bytes, and the client's next request (maybe to another worker) must
+        # find them free.
+        self._flush()
 
     async def close(self) -> None:
         self._closing = True
+        self._flush()  # the releases queued last
         if self._writer is not None:
             self._writer.close()
         for task in (self._reader_task, self._reconnect_task):
