@@ -70,10 +70,11 @@ def read_response(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-async def wait_for(predicate, timeout: float = 15.0) -> None:
+async def wait_for(predicate, timeout: float = 15.0, why=lambda: "") -> None:
+    """Until ``predicate()``; on timeout the assertion carries ``why()`` (say, the gateway's log)."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out\n{why()}"
         await asyncio.sleep(0.05)
 
 
@@ -195,7 +196,10 @@ async def test_reloads_of_listen_and_workers_drop_no_request_under_wrk_load(gate
     admin, extra = free_port(), free_port()
     gw: Gateway = gateway_factory(lambda port: config(upstream, admin, [port], 2))
     conf = str(gw.config_path)
-    await wait_for(lambda: len(workers_of(admin)) == 2 and gw.stderr().count("listening on") >= 2)
+    await wait_for(
+        lambda: len(workers_of(admin)) == 2 and gw.stderr().count("listening on") >= 2,
+        why=lambda: f"workers {workers_of(admin)}; the gateway's log:\n{gw.stderr()[-4000:]}",
+    )
     load = Wrk(gw.url + "/echo", seconds=120)  # stopped (SIGINT: it reports then) after the reloads
     await asyncio.sleep(1.0)
     steps = [
