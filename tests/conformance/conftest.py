@@ -48,6 +48,14 @@ async def _redis(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
     yield store
 
 
+async def _redis_general(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
+    """The Redis store with its short path for routes whose every limit has a key turned off:
+    every reply then goes through the general merge, and both ways must agree."""
+    async for store in _redis(clock, request):
+        store.full_calls = False  # type: ignore[attr-defined]
+        yield store
+
+
 async def _redis_cluster(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
     from gateway.config.schema import RedisSpec
     from gateway.store.redis import RedisStore
@@ -63,11 +71,13 @@ async def _redis_cluster(clock: FakeClock, request: Any) -> AsyncIterator[Store]
 STORES: dict[str, Callable[[FakeClock, Any], AsyncIterator[Store]]] = {
     "memory": _memory,
     "redis": _redis,
+    "redis_general": _redis_general,
     "redis_cluster": _redis_cluster,
 }
 ENGINE = {
     "memory": "nginx",
     "redis": "resty",
+    "redis_general": "resty",
     "redis_cluster": "resty",
 }  # the arithmetic a store follows: nginx (integer) or resty (float)
 

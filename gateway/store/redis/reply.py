@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.limits import conn as limit_conn
+from gateway.limits import nginx_req
+from gateway.limits.conn import ConnDecision
 from gateway.limits.outcome import AlgoOutcome
-from gateway.store.base import LimitSet
+from gateway.store.base import LimitSet, Verdict
 
 
 def algo_params(limit: Any) -> list[int]:
@@ -140,3 +143,81 @@ class RequestReply:
         conn = self.layout.conn
         at = self.layout.conn_at + 2
         return [(i, c) for i, c in zip(conn, self._reply[at : at + len(conn)], strict=True) if c >= 0]
+
+
+class FullCall:
+    """The request.lua call of a route whose every limit has its key, on a standalone Redis,
+    for a route without algo zones: the common case, so its keys' heads, its fixed arguments
+    and where its reply puts each result are worked out once per route, and a reply that
+    passes the request everywhere is read straight into a ``Verdict`` (``passed``). Every
+    other reply (a refusal, a ban, a delay that held back limit_conn) is decided by the
+    store's general merge, which owns those rules."""
+
+    __slots__ = (
+        *("conn_at", "conn_from", "count_at", "heads", "kinds", "layout", "limits", "longest"),
+        *("n_conn", "n_count", "n_req", "route", "tail", "tail_bytes"),
+    )
+
+    def __init__(
+        self,
+        route: LimitSet,
+        kinds: list[tuple[str, int]],
+        heads: list[bytes],
+        tail: list[Any],
+        tail_bytes: bytes,
+        layout: ReplyLayout,
+    ) -> None:
+        self.route = route
+        self.kinds = kinds  # (kind, limit index) per key, in the script's order r, c, n
+        self.heads = heads  # b"<prefix><zone>:" per limit, in the script's order r, c, n
+        self.tail = tail
+        self.tail_bytes = tail_bytes
+        self.layout = layout
+        self.n_req, self.n_count, self.n_conn = len(route.limit_req), len(route.limit_count), len(route.limit_conn)
+        self.limits = self.n_req + self.n_count + self.n_conn
+        self.conn_from = self.n_req + self.n_count  # where the conn keys start among the call's keys
+        # the longest key each limit takes (the general path skips a longer one); a count key has no bound
+        self.longest = [nginx_req.MAX_KEY] * self.n_req + [1 << 62] * self.n_count + [limit_conn.MAX_KEY] * self.n_conn
+        self.count_at = layout.count_at
+        self.conn_at = layout.conn_at
+
+    def keys(self, raw: list[bytes]) -> list[bytes] | None:
+        """The call's Redis keys for the request's keys (r, c, n), or None when a limit has no
+        usable key (the general path, which skips such a limit, takes the request)."""
+        if len(raw) != self.limits:
+            return None
+        for key, longest in zip(raw, self.longest, strict=True):
+            if not key or len(key) > longest:
+                return None
+        return [head + key for head, key in zip(self.heads, raw, strict=True)]
+
+    def items(self, keys: list[bytes], raw: list[bytes]) -> list[Item]:
+        """The call's keys as the general path lists them."""
+        return [(kd, i, key, r) for (kd, i), key, r in zip(self.kinds, keys, raw, strict=True)]
+
+    def passed(self, reply: list[Any], now: int, member: bytes, keys: list[bytes]) -> Verdict | None:
+        """The verdict of a reply that passed the request in every zone (not in dry run), else None."""
+        count_at, conn_at = self.count_at, self.conn_at
+        if reply[0] != 1 or reply[count_at] != 0 or reply[conn_at + 1] != 0:
+            return None
+        verdict = Verdict(now_ms=now)
+        delay_ms = 0
+        if self.n_req:
+            excesses: list[int | None] = [e if e >= 0 else None for e in reply[6:count_at]]
+            index = reply[5] - 1  # the zone with the longest delay (the last one when none waits)
+            if index >= 0:
+                delay_ms = reply[4]
+            verdict.req = nginx_req.ReqDecision(
+                nginx_req.OK, index, (excesses[index] or 0) if index >= 0 else 0, delay_ms, excesses
+            )
+        if self.n_count:
+            used = reply[count_at + 1 : count_at + 1 + self.n_count]
+            reset = reply[count_at + 1 + self.n_count : conn_at]
+            verdict.count_used = [u if u >= 0 else None for u in used]
+            verdict.count_reset_ms = [r if u >= 0 else None for u, r in zip(used, reset, strict=True)]
+        if self.n_conn and reply[conn_at]:
+            if delay_ms:
+                return None  # slots taken for a request that waits: the merge gives them back
+            counts: list[int | None] = [c if c >= 0 else None for c in reply[conn_at + 2 : conn_at + 2 + self.n_conn]]
+            verdict.conn = ConnDecision(-1, False, counts, [(key, member) for key in keys[self.conn_from :]])
+        return verdict
