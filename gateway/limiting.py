@@ -129,7 +129,6 @@ class Limiter:
             return self._store_down(route, ctx, exc)
         admission = Admission(route=route, verdict=verdict, conn_keys=conn_keys)
         dry = route.dry_run
-        accept = ctx.headers.get("Accept", "")
         retry_after = 0
         status = 0
         rejected_by: tuple[str, bytes] | None = None  # the zone that refused it, and its key there
@@ -202,7 +201,7 @@ class Limiter:
                 if status:
                     rejected_by = (route.limit_conn[verdict.conn.rejected].zone, conn_keys[verdict.conn.rejected])
         if status:
-            admission.response = self._reject(route, status, retry_after, accept, admission)
+            admission.response = self._reject(route, status, retry_after, ctx.headers.get("Accept", ""), admission)
         if self.activity is not None:
             self.activity.decided(
                 route, rejected_by, admission.delayed_by, req_keys, count_keys, conn_keys, algo, ctx.client
@@ -293,11 +292,15 @@ class Limiter:
     def _req_items(self, admission: Admission, route: RoutePlan, req: nginx_req.ReqDecision) -> None:
         if not route.ratelimit_headers:
             return
+        items = admission.items
         for limit, excess in zip(route.limit_req, req.excesses, strict=True):
             if excess is None:
                 continue
+            if not excess:
+                items.append(limit.idle_item)
+                continue
             remaining = max(0, (limit.burst_m - excess) // 1000)
-            admission.items.append(f'"{limit.zone}";r={remaining};t={_ceil_div(excess, limit.rate_m)}')
+            items.append(f'"{limit.zone}";r={remaining};t={_ceil_div(excess, limit.rate_m)}')
 
     def _count_items(self, admission: Admission, route: RoutePlan, verdict: Verdict) -> None:
         if not route.ratelimit_headers:

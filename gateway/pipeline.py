@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -151,7 +152,7 @@ class Pipeline:
             headers["Retry-After"] = str(max(1, -(-(ban.until_ms - epoch_ms()) // 1000)))
         return responses.error(self.config.spec.bans.status, accept, "client banned", headers=headers)
 
-    async def _forward(
+    def _forward(
         self,
         request: web.BaseRequest,
         ctx: RequestContext,
@@ -159,28 +160,14 @@ class Pipeline:
         route: RoutePlan,
         admission: Admission | None,
         pool: UpstreamPool,
-    ) -> web.StreamResponse:
+    ) -> Awaitable[web.StreamResponse]:
+        """The proxying coroutine, for ``_handle`` to await: not a coroutine level of its own,
+        which every resume of the request would go through."""
         trusted_peer = bool(config.realip.trusted) and ctx.peer in config.realip.trusted
         extra = self.limiter.headers(admission) if admission is not None else ()
         if is_websocket_upgrade(request.headers):
-            try:
-                return await forward_websocket(
-                    request,
-                    ctx,
-                    pool,
-                    extra,
-                    trusted_peer=trusted_peer,
-                    buffers=route.buffers,
-                    rewrite=route.rewrite,
-                )
-            except asyncio.CancelledError:
-                if ctx.status == 101 and not ctx.logged:
-                    # The client closed its tunnel (or shutdown ended it): the 101 went out, and
-                    # that is what the log says (nginx too), not 499.
-                    ctx.logged = True
-                    self.access_log.write(ctx, request, None, time.monotonic() - ctx.started)
-                raise
-        return await forward_http(
+            return self._websocket(request, ctx, route, pool, extra, trusted_peer)
+        return forward_http(
             request,
             ctx,
             pool,
@@ -192,3 +179,24 @@ class Pipeline:
             buffers=route.buffers,
             rewrite=route.rewrite,
         )
+
+    async def _websocket(
+        self,
+        request: web.BaseRequest,
+        ctx: RequestContext,
+        route: RoutePlan,
+        pool: UpstreamPool,
+        extra: Sequence[tuple[str, str]],
+        trusted_peer: bool,
+    ) -> web.StreamResponse:
+        try:
+            return await forward_websocket(
+                request, ctx, pool, extra, trusted_peer=trusted_peer, buffers=route.buffers, rewrite=route.rewrite
+            )
+        except asyncio.CancelledError:
+            if ctx.status == 101 and not ctx.logged:
+                # The client closed its tunnel (or shutdown ended it): the 101 went out, and
+                # that is what the log says (nginx too), not 499.
+                ctx.logged = True
+                self.access_log.write(ctx, request, None, time.monotonic() - ctx.started)
+            raise

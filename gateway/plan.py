@@ -64,6 +64,11 @@ class ReqLimit:
     window_s: int  # 1 for r/s, 60 for r/m (for RateLimit-Policy)
     rate_count: int  # N of "Nr/s"
     counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)  # decisions (metrics)
+    # its RateLimit field item for a key with no excess (the common case): the whole burst left
+    idle_item: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "idle_item", f'"{self.zone}";r={self.burst_m // 1000};t=0')
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

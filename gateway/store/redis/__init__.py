@@ -185,6 +185,35 @@ class RedisStore:
             banned = self._locally_banned(route, req_keys, now)
             if banned is not None:
                 return banned
+            if self.full_calls and not self.cluster and not route.limit_algo:
+                # The short path, inline (each coroutine level costs on every resume).
+                call = self._full.get(id(route))
+                if call is None or call.route is not route:
+                    call = self._full_call(route)
+                raw = [*req_keys, *count_keys, *conn_keys]
+                keys = call.keys(raw)
+                if keys is not None:
+                    member = self.leases.next_member()
+                    try:
+                        pending = self.batcher.request(0, keys, (now, member, ""), call.tail, call.tail_bytes)
+                    except StoreUnavailable:  # the circuit is open: nothing was sent, nothing is held
+                        if self.fallback is None:
+                            raise
+                        return self.fallback.decide(route, req_keys, count_keys, conn_keys, algo)
+                    try:
+                        reply = await pending
+                    except BaseException as exc:
+                        # Cancelled or failed after the script may have run: give back its slots.
+                        self._release_abandoned(member, keys[call.conn_from :])
+                        if isinstance(exc, StoreUnavailable) and self.fallback is not None:
+                            return self.fallback.decide(route, req_keys, count_keys, conn_keys, algo)
+                        raise
+                    verdict = call.passed(reply, now, member, keys)
+                    if verdict is None:
+                        return await self._settle(call, reply, keys, raw, now, member)
+                    if verdict.conn is not None:
+                        self.leases.hold(member, keys[call.conn_from :])
+                    return verdict
         try:
             return await self._admit(route, req_keys, count_keys, conn_keys, now, take_conn=True, algo=algo)
         except StoreUnavailable:
@@ -254,14 +283,6 @@ class RedisStore:
         conn_only: bool = False,
         algo: Sequence[AlgoUse] = (),
     ) -> Verdict:
-        if self.full_calls and not conn_only and not self.cluster and not route.limit_algo and not route.dry_run:
-            call = self._full.get(id(route))
-            if call is None or call.route is not route:
-                call = self._full_call(route)
-            raw = [*req_keys, *count_keys, *conn_keys]
-            keys = call.keys(raw)
-            if keys is not None:
-                return await self._admit_full(call, keys, raw, now)
         items: list[Item] = []  # the limits that apply (their key is not empty)
         if not conn_only:
             for i, (lim, k) in enumerate(zip(route.limit_req, req_keys, strict=True)):
@@ -328,29 +349,13 @@ class RedisStore:
             await self._run_undo()
         return verdict
 
-    async def _admit_full(
-        self,
-        call: FullCall,
-        keys: list[bytes],
-        raw: list[bytes],
-        now: int,
+    async def _settle(
+        self, call: FullCall, reply: list[Any], keys: list[bytes], raw: list[bytes], now: int, member: bytes
     ) -> Verdict:
-        """``_admit`` for a route of ``call``'s kind: the same script call, with its shape known,
-        and a reply that passed everywhere read by ``call`` (any other by ``_merge``)."""
+        """A short-path reply that did not pass everywhere (a refusal, a ban, a delay): decided
+        by ``_merge``, as the general path decides it."""
         route = call.route
-        member = self.leases.next_member()
-        try:
-            reply = await self.batcher.request(0, keys, (now, member, ""), call.tail, call.tail_bytes)
-        except BaseException:
-            self._release_abandoned(member, keys[call.conn_from :])  # as in _admit
-            raise
-        verdict = call.passed(reply, now, member, keys)
-        if verdict is not None:
-            if verdict.conn is not None:
-                self.leases.hold(member, keys[call.conn_from :])
-            return verdict
-        part = call.items(keys, raw)
-        result = RequestReply(call.layout, part, reply, [], route, now)
+        result = RequestReply(call.layout, call.items(keys, raw), reply, [], route, now)
         verdict = self._merge(route, _blank_verdict(route, now, False), [result], bool(route.limit_conn), member, now)
         if self._pending_undo:
             await self._run_undo()
