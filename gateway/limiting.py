@@ -383,19 +383,21 @@ class Limiter:
             if not dry:
                 return route.limit_conn_status, max(retry_after, 1)
             return 0, retry_after
-        if decision.applied:
+        # Every zone that counted the request passed it; its RateLimit item says what is left.
+        zones: list[str] = []
+        items = admission.items if route.ratelimit_headers else None
+        for limit, count in zip(route.limit_conn, decision.counts, strict=True):
+            if count is None:
+                continue
+            limit.counts[m.PASSED] += 1
+            zones.append(limit.zone)
+            if items is not None:
+                items.append(f'"{limit.zone}";r={max(0, limit.max - count)}')
+        if zones:
             ctx.limit_conn_status = PASSED
-            self._passed(route.limit_conn, decision.counts, -1)
             if decision.taken:
-                counts = decision.counts
-                admission.conn_zones = tuple(
-                    limit.zone for limit, count in zip(route.limit_conn, counts, strict=True) if count is not None
-                )
-                self.stats.conn_taken(admission.conn_zones, 1)
-        if route.ratelimit_headers:
-            for limit, count in zip(route.limit_conn, decision.counts, strict=True):
-                if count is not None:
-                    admission.items.append(f'"{limit.zone}";r={max(0, limit.max - count)}')
+                admission.conn_zones = tuple(zones)
+                self.stats.conn_taken(zones, 1)
         return 0, retry_after
 
     def _reject(
