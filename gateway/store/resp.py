@@ -63,6 +63,11 @@ def encode_args(args: Sequence[Any]) -> bytes:
     return b"".join(out)
 
 
+def encode_keys(keys: Sequence[bytes]) -> bytes:
+    """Bulk strings for ``keys``, all bytes (``encode_args`` without its type dispatch)."""
+    return b"".join([b"$%d\r\n%s\r\n" % (len(key), key) for key in keys])
+
+
 def encode(args: tuple[Any, ...], tail: bytes = b"", tail_count: int = 0) -> bytes:
     """A command: ``args``, then ``tail_count`` arguments already encoded in ``tail``."""
     return b"*%d\r\n" % (len(args) + tail_count) + encode_args(args) + tail

@@ -46,6 +46,12 @@ MAX_HELD = 10_000  # releases and renewals kept while the circuit is open
 MAX_TRIES = 3
 
 
+def _request_args(now_ms: int, member: bytes, costs: str) -> bytes:
+    """A request operation's own arguments, encoded (``encode_args`` for this one shape)."""
+    stamp, cost = b"%d" % now_ms, costs.encode()
+    return b"$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(stamp), stamp, len(member), member, len(cost), cost)
+
+
 class _Op:
     __slots__ = ("args", "future", "group", "keys", "kind", "tail", "tail_bytes", "tries")
 
@@ -278,7 +284,7 @@ class Batcher:
             nargs += len(head) + len(op.args)
             if encoded:
                 op_chunks.append(self._head_bytes(head))
-                op_chunks.append(encode_args(op.args))
+                op_chunks.append(_request_args(*op.args) if op.kind == b"q" else encode_args(op.args))
             else:
                 op_args += head
                 op_args += op.args

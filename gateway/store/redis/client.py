@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from gateway.config.schema import RedisSpec
-from gateway.store.resp import NoScript, RespClient, RespError, encode_args
+from gateway.store.resp import NoScript, RespClient, RespError, encode_keys
 
 # What a failed call raises, whichever library made it.
 CALL_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, RedisError, RespError, OSError)
@@ -92,7 +92,7 @@ class RespScriptClient:
             len(nkeys),
             nkeys,
         )
-        return head + encode_args(list(keys)) + args_bytes
+        return head + encode_keys(keys) + args_bytes
 
     async def load(self, source: str) -> None:
         await self.resp.call("SCRIPT", "LOAD", source)
