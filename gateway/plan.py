@@ -31,6 +31,7 @@ from gateway.config.schema import (
 )
 from gateway.keys import KeyFn, compile_key
 from gateway.limits.gcra import GcraParams
+from gateway.limits.params import AlgoParams, ConnParams, CountParams, ReqParams
 from gateway.limits.sliding_log import LogParams
 from gateway.limits.token import TokenParams
 from gateway.metrics.stats import STATS, new_slots
@@ -52,15 +53,13 @@ DEFAULT_BODY_LIMIT = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ReqLimit:
-    zone: str
+class ReqLimit(ReqParams):
+    """A ``limit_req`` entry of a route: its parameters (``ReqParams``), and for the request path
+    its key and what its headers and metrics say."""
+
     key: KeyFn
-    rate_m: int  # milli-requests per second, nginx-truncated
     rate_text: str  # as written: "10r/s"
-    burst_m: int
-    delay_m: int  # NODELAY_M for nodelay
     ban_s: int
-    ban_ms: int
     window_s: int  # 1 for r/s, 60 for r/m (for RateLimit-Policy)
     rate_count: int  # N of "Nr/s"
     counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)  # decisions (metrics)
@@ -72,34 +71,22 @@ class ReqLimit:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CountLimit:
-    zone: str
+class CountLimit(CountParams):
     key: KeyFn
-    limit: int
-    window_ms: int
-    sliding: bool = False  # APISIX's sliding window estimate instead of a fixed window
     counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConnLimit:
-    zone: str
+class ConnLimit(ConnParams):
     key: KeyFn
-    max: int
     counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AlgoLimit:
-    """A zone of the newer algorithms (gcra), from a route's ``limits:`` list."""
+class AlgoLimit(AlgoParams):
+    """A zone of the newer algorithms (gcra, sliding_log, token), from a route's ``limits:`` list."""
 
-    zone: str
-    type: str  # "gcra" or "sliding_log"
     key: KeyFn
-    rate_text: str  # as written: "30r/m" (gcra)
-    gcra: GcraParams | None
-    log: LogParams | None
-    token: TokenParams | None
     cost: int  # units per request when cost_key is None
     token_period_s: int
     cost_key: KeyFn | None  # the cost from a variable (a request without a valid one gets a 400)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.limits import gcra, sliding_count, sliding_log, token
+from gateway.limits.params import CountParams
 from gateway.store import lua
 
 pytestmark = pytest.mark.redis
@@ -58,7 +59,7 @@ def test_gcra_script_is_cl_throttle_like_the_model(client, shas, burst, count, p
 @given(limit=st.integers(1, 10), window=st.sampled_from([1000, 2500, 10_000]), seq=steps)
 def test_sliding_count_script_matches_the_model(client, shas, limit, window, seq):
     key = f"s{uuid.uuid4().hex}"
-    params = sliding_count.SlidingParams(limit, window)
+    params = CountParams("z", limit, window, sliding=True)
     now, state = EPOCH_MS, None
     for gap, _ in seq:
         now += gap

@@ -16,6 +16,10 @@ State per key: ``(used, window_end_ms)``, packed into one int by the store.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.limits.params import CountParams
 
 _USED_BITS = 32
 _USED_MASK = (1 << _USED_BITS) - 1
@@ -27,12 +31,6 @@ def pack(used: int, window_end: int) -> int:
 
 def unpack(state: int) -> tuple[int, int]:
     return state & _USED_MASK, state >> _USED_BITS
-
-
-@dataclass(frozen=True, slots=True)
-class CountParams:
-    limit: int
-    window_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gateway.limits.params import ReqParams
 
 # lookup results
 DECLINED = 0  # no limit had a key: nothing applies
@@ -71,27 +74,6 @@ class ReqTable(Protocol):
     def delete(self, key: bytes) -> None: ...
 
 
-class ReqParamsLike(Protocol):
-    @property
-    def rate_m(self) -> int: ...
-    @property
-    def burst_m(self) -> int: ...
-    @property
-    def delay_m(self) -> int: ...
-    @property
-    def ban_ms(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ReqParams:
-    """One ``limit_req`` entry: zone rate and the entry's burst and delay (all in milli-units)."""
-
-    rate_m: int
-    burst_m: int
-    delay_m: int
-    ban_ms: int = 0
-
-
 @dataclass(slots=True)
 class ReqDecision:
     rc: int  # DECLINED, OK (possibly after AGAIN), BUSY, ERROR or FORBIDDEN
@@ -116,14 +98,14 @@ def leak(excess: int, last: int, now: int, rate_m: int) -> tuple[int, int]:
     return (value if value > 0 else 0), ms
 
 
-def delay_of(excess: int, params: ReqParamsLike) -> int:
+def delay_of(excess: int, params: ReqParams) -> int:
     if excess <= params.delay_m:
         return 0
     return (excess - params.delay_m) * 1000 // params.rate_m
 
 
 def decide(
-    limits: Sequence[ReqParamsLike],
+    limits: Sequence[ReqParams],
     tables: Sequence[ReqTable],
     keys: Sequence[bytes],
     now: int,

@@ -22,6 +22,10 @@ State per key: ``(window id, current, previous)``, packed into one int by ``pack
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.limits.params import CountParams
 
 _COUNT_BITS = 32
 _COUNT_MASK = (1 << _COUNT_BITS) - 1
@@ -34,12 +38,6 @@ def pack(window_id: int, current: int, previous: int) -> int:
 
 def unpack(state: int) -> tuple[int, int, int]:
     return state >> (2 * _COUNT_BITS), state & _COUNT_MASK, (state >> _COUNT_BITS) & _COUNT_MASK
-
-
-@dataclass(frozen=True, slots=True)
-class SlidingParams:
-    limit: int
-    window_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +65,7 @@ def counts(state: int | None, now: int, window_ms: int) -> tuple[int, int, int]:
     return window_id, 0, 0
 
 
-def check(state: int | None, now: int, params: SlidingParams) -> SlidingStep:
+def check(state: int | None, now: int, params: CountParams) -> SlidingStep:
     """Decide one request for one key without changing anything."""
     w, limit = params.window_ms, params.limit
     window_id, current, previous = counts(state, now, w)

@@ -36,6 +36,7 @@ from gateway.limits import count as count_logic
 from gateway.limits import gcra, nginx_req, sliding_count, sliding_log, token
 from gateway.limits.conn import ConnDecision
 from gateway.limits.outcome import AlgoOutcome
+from gateway.limits.params import CountParams
 from gateway.store.base import AlgoUse, LimitSet, Verdict
 
 # Bytes one key costs beyond its own length: OrderedDict slot and list node, the key
@@ -271,11 +272,11 @@ def _zone(zones: dict[str, Zone], name: str, kind: str) -> Any:
     return zone
 
 
-def _count_step(state: int | None, now: int, limit: Any) -> count_logic.CountStep:
+def _count_step(state: int | None, now: int, limit: CountParams) -> count_logic.CountStep:
     """A fixed window, or APISIX's sliding estimate reported as used = limit - remaining."""
     if not limit.sliding:
         return count_logic.check(state, now, limit)
-    step = sliding_count.check(state, now, sliding_count.SlidingParams(limit.limit, limit.window_ms))
+    step = sliding_count.check(state, now, limit)
     used = limit.limit - max(0, step.remaining) if step.allowed else limit.limit
     return count_logic.CountStep(step.allowed, used, step.reset_ms, step.state)
 

@@ -31,7 +31,6 @@ import contextlib
 import marshal
 import struct
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gateway import errorlog
@@ -42,6 +41,7 @@ from gateway.limits.conn import ConnDecision
 from gateway.limits.gcra import GcraParams
 from gateway.limits.nginx_req import ReqDecision
 from gateway.limits.outcome import AlgoOutcome
+from gateway.limits.params import AlgoParams, ConnParams, CountParams, ReqParams, RouteLimits, field_names
 from gateway.limits.sliding_log import LogParams
 from gateway.limits.token import TokenParams
 from gateway.store.base import AlgoUse, LimitSet, Verdict
@@ -58,53 +58,15 @@ CHANGE, SNAPSHOT, SNAPSHOT_END = 0, 1, 2
 # -- the limit description a worker sends once per route ---------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Req:
-    zone: str
-    rate_m: int
-    burst_m: int
-    delay_m: int
-    ban_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Count:
-    zone: str
-    limit: int
-    window_ms: int
-    sliding: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Conn:
-    zone: str
-    max: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Algo:
-    zone: str
-    type: str
-    gcra: GcraParams | None
-    log: LogParams | None = None  # sliding_log
-    token: TokenParams | None = None  # token
-    rate_text: str = ""  # token: "5r/s" (the limit its headers report)
-
-
-@dataclass(frozen=True, slots=True)
-class _Limits:
-    limit_req: tuple[_Req, ...]
-    limit_count: tuple[_Count, ...]
-    limit_conn: tuple[_Conn, ...]
-    dry_run: bool
-    limit_algo: tuple[_Algo, ...] = ()
+# The fields of each record, in order: a description is these values, record by record.
+_REQ, _COUNT, _CONN = field_names(ReqParams), field_names(CountParams), field_names(ConnParams)
 
 
 def describe(route: LimitSet) -> tuple[Any, ...]:
     return (
-        tuple((r.zone, r.rate_m, r.burst_m, r.delay_m, r.ban_ms) for r in route.limit_req),
-        tuple((c.zone, c.limit, c.window_ms, c.sliding) for c in route.limit_count),
-        tuple((c.zone, c.max) for c in route.limit_conn),
+        tuple(tuple(getattr(r, name) for name in _REQ) for r in route.limit_req),
+        tuple(tuple(getattr(c, name) for name in _COUNT) for c in route.limit_count),
+        tuple(tuple(getattr(c, name) for name in _CONN) for c in route.limit_conn),
         route.dry_run,
         tuple(
             (
@@ -124,15 +86,15 @@ def _gcra_params(params: GcraParams | None) -> tuple[int, int, int] | None:
     return None if params is None else (params.burst, params.count, params.period_s)
 
 
-def _limits(description: tuple[Any, ...]) -> _Limits:
+def _limits(description: tuple[Any, ...]) -> RouteLimits:
     req, count, conn, dry, algo = description
-    return _Limits(
-        limit_req=tuple(_Req(*r) for r in req),
-        limit_count=tuple(_Count(*c) for c in count),
-        limit_conn=tuple(_Conn(*c) for c in conn),
+    return RouteLimits(
+        limit_req=tuple(ReqParams(*r) for r in req),
+        limit_count=tuple(CountParams(*c) for c in count),
+        limit_conn=tuple(ConnParams(*c) for c in conn),
         dry_run=bool(dry),
         limit_algo=tuple(
-            _Algo(
+            AlgoParams(
                 zone,
                 kind,
                 GcraParams(*g) if g else None,
@@ -242,7 +204,7 @@ class SharedStoreServer:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        routes: dict[int, _Limits] = {}
+        routes: dict[int, RouteLimits] = {}
         leases: dict[int, ConnDecision] = {}
         store = self.store
         self._writers.add(writer)

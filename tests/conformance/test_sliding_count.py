@@ -8,6 +8,7 @@ vectors' windows start at t = 0, 10000, ...). The store reports APISIX's remaini
 from __future__ import annotations
 
 from gateway.limits import sliding_count
+from gateway.limits.params import CountParams
 from tests.conformance.conftest import Scenario, config
 
 
@@ -59,7 +60,7 @@ async def test_no_double_burst_across_a_window_boundary(store, clock):
 
 
 def test_pure_remaining_can_be_minus_one_like_apisix():
-    params = sliding_count.SlidingParams(limit=10, window_ms=10_000)
+    params = CountParams("z", limit=10, window_ms=10_000, sliding=True)
     state = sliding_count.pack(0, 10, 0)
     for _ in range(5):
         state = sliding_count.check(state, 15000, params).state

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from gateway.limits import nginx_req
+from gateway.limits import nginx_req, params
 from tests.differential.model import (
     DELAYED,
     DELAYED_DRY_RUN,
@@ -299,8 +299,9 @@ def test_model_agrees_with_gateway_pure_model_on_random_schedules():
             requests.append(req(t, "a", **{k: v for k, v in args.items() if v}))
         scn = Scenario("x", zones, (loc,), tuple(requests))
         mine = run(scn)
-        params = [
-            nginx_req.ReqParams(
+        zone_params = [
+            params.ReqParams(
+                z.name,
                 z.rate_m,
                 lim.burst * 1000,
                 (2**63 - 1) // 1000 * 1000 if lim.nodelay else lim.delay * 1000,
@@ -311,7 +312,7 @@ def test_model_agrees_with_gateway_pure_model_on_random_schedules():
         for i, r in enumerate(requests):
             args = dict(r.args)
             keys = [args.get(z.key[5:], "").encode() for z in zones]
-            decision = nginx_req.decide(params, tables, keys, T0 + r.t)
+            decision = nginx_req.decide(zone_params, tables, keys, T0 + r.t)
             if decision.rc == nginx_req.OK:
                 nginx_req.commit(decision, tables)
             _, lreq, _, delay, excess = mine[i]
