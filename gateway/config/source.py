@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from gateway.config.compose import ComposeLimit, compose
+from gateway.config.compose import MAX_DEPTH, ComposeLimit, compose
 from gateway.config.teardown import release
 from gateway.errors import ConfigError, ConfigErrors, KeyPath
 
@@ -172,6 +172,11 @@ def parse_yaml(text: str, file: str) -> Document:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)
         problem = exc.problem or str(exc)
+        if "maximum nesting depth" in problem:
+            # libyaml's own bound (1,000 flow levels, newer libyaml only): its scanner looks ahead
+            # through a flow collection, so it can stop before the composer reaches ours
+            message = f"the document nests deeper than {MAX_DEPTH} levels"
+            raise ConfigErrors([ConfigError(message, file=file, line=line, column=column)]) from None
         if exc.context:
             problem = f"{problem} ({exc.context})"
         raise ConfigErrors(
