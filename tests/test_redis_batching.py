@@ -119,3 +119,24 @@ async def test_a_hung_redis_fails_a_whole_batch_within_one_timeout(redis_server)
     finally:
         redis_server.resume()
         await store.close()
+
+
+async def test_a_reply_that_came_while_the_loop_was_busy_is_no_timeout(redis_server):
+    """A gateway busy past the Redis timeout (its loop blocked, say by a burst of work) must
+    not take the reply waiting in its socket for a dead Redis: the event loop runs its timers
+    before it polls the sockets, so the deadline is judged after one more poll."""
+    store = await open_store(redis_server.url, timeout_ms=50)
+    route = store.routes["/"]  # type: ignore[attr-defined]
+    try:
+        for _ in range(3):
+            admitted = asyncio.ensure_future(store.admit(route, [b"k"], [], [b"k"]))
+            for _ in range(3):  # the request queues, its batch goes out
+                await asyncio.sleep(0)
+            assert store.batcher.batches > 0 and not admitted.done()
+            time.sleep(0.15)  # the loop is blocked: Redis answers, the deadline passes
+            verdict = await admitted
+            assert verdict.req is not None and verdict.req.rc == nginx_req.OK
+            store.release(route, verdict.conn)
+        assert not store.breaker.open and store.breaker.calls["timeout"] == 0
+    finally:
+        await store.close()

@@ -141,3 +141,56 @@ async def test_frames_split_across_reads_and_many_to_a_read_are_all_decoded(monk
         assert "frame of" in str(exc)
     else:
         raise AssertionError("an oversized frame was accepted")
+
+
+async def test_a_reply_that_came_while_the_worker_was_busy_is_no_timeout(tmp_path):
+    """The master (in a thread of its own here, as in its own process in production) answers
+    while the worker's loop is blocked past the timeout: the reply is in the worker's socket
+    when its timer fires, and it counts (the deadline is judged after one more poll)."""
+    import threading
+    import time
+
+    config = load_config_text(CONFIG)
+    store = MemoryStore()
+    store.configure(config.spec.zones)
+    path = str(tmp_path / "s.sock")
+    master_loop = asyncio.new_event_loop()
+    server = SharedStoreServer(store, path)
+    started = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(master_loop)
+        master_loop.run_until_complete(server.start())
+        started.set()
+        master_loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(5)
+    client = SharedStoreClient(path, timeout=0.05)
+    await client.start()
+    route = config.routes[0]
+    try:
+        for _ in range(3):
+            admitted = asyncio.ensure_future(client.admit(route, [], [], [b"u"]))
+            for _ in range(3):  # the call goes out (frames are written once per tick)
+                await asyncio.sleep(0)
+            time.sleep(0.15)  # the worker is blocked: the master answers, the deadline passes
+            verdict = await admitted
+            assert verdict.conn is not None and verdict.conn.rejected == -1
+            client.release(route, verdict.conn)
+    finally:
+        await client.close()
+
+        async def shutdown() -> None:
+            await server.close()
+            serving = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in serving:
+                task.cancel()  # each closes its connection on the way out
+            await asyncio.gather(*serving, return_exceptions=True)
+            await asyncio.sleep(0.01)  # the transports close
+
+        asyncio.run_coroutine_threadsafe(shutdown(), master_loop).result(5)
+        master_loop.call_soon_threadsafe(master_loop.stop)
+        thread.join(5)
+        master_loop.close()

@@ -35,6 +35,7 @@ from typing import Any
 
 from gateway import errorlog
 from gateway.bans import Ban
+from gateway.clock import POLL_GRACE_S
 from gateway.errors import StoreUnavailable
 from gateway.limits import conn as conn_logic
 from gateway.limits.conn import ConnDecision
@@ -259,9 +260,15 @@ class SharedStoreServer:
 # -- worker side -----------------------------------------------------------------------------------
 
 
-def _time_out(future: asyncio.Future[Any]) -> None:
-    if not future.done():
-        future.set_exception(TimeoutError())
+def _time_out(future: asyncio.Future[Any], polled: bool = False) -> None:
+    """The master's reply is late; judged after one more poll of the sockets (the loop runs its
+    timers first: a worker that was busy past the timeout may have the reply unread)."""
+    if future.done():
+        return
+    if not polled:
+        asyncio.get_running_loop().call_later(POLL_GRACE_S, _time_out, future, True)
+        return
+    future.set_exception(TimeoutError())
 
 
 class SharedStoreClient:

@@ -34,6 +34,7 @@ from typing import Any
 
 from gateway import errorlog
 from gateway.background import spawn
+from gateway.clock import POLL_GRACE_S
 from gateway.errors import StoreUnavailable
 from gateway.store import lua
 from gateway.store.redis.breaker import Breaker
@@ -304,8 +305,16 @@ class Batcher:
             data = self._heads[key] = encode_args(head)
         return data
 
-    def _expire(self, batch: _Batch) -> None:
-        """The batch's deadline passed without a reply."""
+    def _expire(self, batch: _Batch, polled: bool = False) -> None:
+        """The batch's deadline passed without a reply.
+
+        The event loop runs its due timers before it polls its sockets: after a loop iteration
+        that took longer than the timeout (a busy gateway), the reply may be sitting unread in
+        the socket. So the verdict waits for one more poll (a timer 1 ms on, which runs in the
+        next iteration); a reply read meanwhile cancels it."""
+        if not polled:
+            batch.timer = asyncio.get_running_loop().call_later(POLL_GRACE_S, self._expire, batch, True)
+            return
         if batch.sent:
             batch.timed_out = True
             self.client.abort("Redis did not answer in time")
