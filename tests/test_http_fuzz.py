@@ -145,7 +145,9 @@ _counter = iter(range(10**9))
 def test_fuzzed_requests_never_crash_desync_or_5xx(fuzz_target, data):
     port, upstream, gw = fuzz_target
     count = data.draw(st.integers(1, 3))
-    batch = [data.draw(requests(f"id{next(_counter)}", i == count - 1)) for i in range(count)]
+    # a fixed width: the requests, and so what the mutations draw from, keep one length for
+    # the same choices (hypothesis replays choices and checks their bounds match)
+    batch = [data.draw(requests(f"id{next(_counter):09d}", i == count - 1)) for i in range(count)]
     wire = b"".join(s.raw for s in batch)
     if data.draw(st.booleans()):
         wire = data.draw(mutated(wire))
