@@ -1,0 +1,41 @@
+"""The comparison itself (no nginx needed): what counts as a difference when the test
+machine stalls longer than the scenario's jitter."""
+
+from __future__ import annotations
+
+from tests.differential.harness import Observed, compare
+from tests.differential.model import analyse
+from tests.differential.scenarios import BOUNDARY
+
+
+def _as_modelled(analysis, i: int) -> Observed:
+    """An observation the model allows for request ``i``: its first outcome, at its least duration."""
+    key, possible = next(iter(analysis.possible[i].items()))
+    status, req_status, conn_status = key
+    excess = possible.excess[0] if possible.excess is not None else None
+    return Observed(status, req_status, conn_status, float(possible.duration[0]), excess=excess)
+
+
+def _excess_errors(nginx_excess: int, gateway_excess: int) -> list[str]:
+    analysis = analyse(BOUNDARY, 91)
+    target = next(
+        i for i in range(len(BOUNDARY.requests)) if any(p.excess is not None for p in analysis.possible[i].values())
+    )
+    nginx = [_as_modelled(analysis, i) for i in range(len(BOUNDARY.requests))]
+    gateway = [_as_modelled(analysis, i) for i in range(len(BOUNDARY.requests))]
+    key, _ = next((k, p) for k, p in analysis.possible[target].items() if p.excess is not None)
+    for obs, excess in ((nginx, nginx_excess), (gateway, gateway_excess)):
+        obs[target] = Observed(*key, obs[target].latency_ms, excess=excess)
+        possible = analysis.possible[target][key]
+        obs[target].latency_ms = float(possible.duration[0])
+    result = compare(BOUNDARY, analysis, nginx, gateway, {"nginx": 0.0, "gateway": 0.0})
+    return [e for e in result.errors if "logged excess" in e]
+
+
+def test_an_excess_outside_the_model_is_an_error_unless_nginx_logged_the_same():
+    # the gateway alone outside the model: an error
+    assert _excess_errors(nginx_excess=100, gateway_excess=2)
+    # both outside and in agreement (the machine stalled; nginx is the reference): none
+    assert _excess_errors(nginx_excess=2, gateway_excess=2) == []
+    # both outside, far apart: errors for both
+    assert len(_excess_errors(nginx_excess=2, gateway_excess=5000)) == 2
