@@ -35,7 +35,7 @@ from typing import Any
 
 from gateway import errorlog
 from gateway.bans import Ban
-from gateway.clock import POLL_GRACE_S
+from gateway.clock import Deadline
 from gateway.errors import StoreUnavailable
 from gateway.limits import conn as conn_logic
 from gateway.limits.conn import ConnDecision
@@ -260,15 +260,9 @@ class SharedStoreServer:
 # -- worker side -----------------------------------------------------------------------------------
 
 
-def _time_out(future: asyncio.Future[Any], polled: bool = False) -> None:
-    """The master's reply is late; judged after one more poll of the sockets (the loop runs its
-    timers first: a worker that was busy past the timeout may have the reply unread)."""
-    if future.done():
-        return
-    if not polled:
-        asyncio.get_running_loop().call_later(POLL_GRACE_S, _time_out, future, True)
-        return
-    future.set_exception(TimeoutError())
+def _time_out(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 class SharedStoreClient:
@@ -399,10 +393,10 @@ class SharedStoreClient:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending[req_id] = future
-        timer: asyncio.TimerHandle | None = None
+        timer: Deadline | None = None
         try:
             self._send(message)
-            timer = loop.call_later(self.timeout, _time_out, future)
+            timer = Deadline(self.timeout, _time_out, future)  # judged after one more poll
             reply = await future
         except TimeoutError:
             self._abandoned[req_id] = message[0]

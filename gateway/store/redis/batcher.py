@@ -34,7 +34,7 @@ from typing import Any
 
 from gateway import errorlog
 from gateway.background import spawn
-from gateway.clock import POLL_GRACE_S
+from gateway.clock import Deadline
 from gateway.errors import StoreUnavailable
 from gateway.store import lua
 from gateway.store.redis.breaker import Breaker
@@ -83,7 +83,7 @@ class _Batch:
         self.ops: list[_Op] = []
         self.sent = False
         self.timed_out = False
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Deadline | None = None
         self.task: asyncio.Task[Any] | None = None
 
 
@@ -159,7 +159,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         if batch is None:
             batch = self._pending[group] = _Batch(group)
-            batch.timer = loop.call_later(self.timeout, self._expire, batch)
+            batch.timer = Deadline(self.timeout, self._expire, batch)
         batch.ops.append(op)
         if self._in_flight.get(group, 0) >= MAX_IN_FLIGHT:
             return  # sent when the reply of the one on the wire arrives
@@ -305,16 +305,8 @@ class Batcher:
             data = self._heads[key] = encode_args(head)
         return data
 
-    def _expire(self, batch: _Batch, polled: bool = False) -> None:
-        """The batch's deadline passed without a reply.
-
-        The event loop runs its due timers before it polls its sockets: after a loop iteration
-        that took longer than the timeout (a busy gateway), the reply may be sitting unread in
-        the socket. So the verdict waits for one more poll (a timer 1 ms on, which runs in the
-        next iteration); a reply read meanwhile cancels it."""
-        if not polled:
-            batch.timer = asyncio.get_running_loop().call_later(POLL_GRACE_S, self._expire, batch, True)
-            return
+    def _expire(self, batch: _Batch) -> None:
+        """The batch's deadline passed without a reply (judged after one more poll: ``Deadline``)."""
         if batch.sent:
             batch.timed_out = True
             self.client.abort("Redis did not answer in time")
