@@ -13,6 +13,7 @@ from gateway.config import load_config_text
 from gateway.config.schema import RedisSpec
 from gateway.limits import nginx_req
 from gateway.store.redis import RedisStore
+from tests.conformance.conftest import FakeClock
 
 pytestmark = pytest.mark.redis
 
@@ -38,13 +39,6 @@ routes:
 RC = {nginx_req.DECLINED: "DECLINED", nginx_req.OK: "OK", nginx_req.BUSY: "BUSY", nginx_req.FORBIDDEN: "FORBIDDEN"}
 
 
-class Clock:
-    now = 10**12
-
-    def __call__(self) -> int:
-        return self.now
-
-
 def _plain(verdict) -> tuple[dict, int]:
     """A verdict as data, with the Redis store's lease handles (a per-store member) left out,
     and apart from it the end of a ban: a ban Redis reports runs on the key's PTTL, i.e. on
@@ -60,7 +54,7 @@ def _plain(verdict) -> tuple[dict, int]:
 async def test_the_short_path_decides_as_the_general_one(redis_session, seed):
     config = load_config_text(CONFIG)
     routes = {r.location.value: r for r in config.routes}
-    clock = Clock()
+    clock = FakeClock()
     stores = []
     for full in (True, False):
         store = RedisStore(
