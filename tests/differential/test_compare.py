@@ -23,11 +23,9 @@ def _excess_errors(nginx_excess: int, gateway_excess: int) -> list[str]:
     )
     nginx = [_as_modelled(analysis, i) for i in range(len(BOUNDARY.requests))]
     gateway = [_as_modelled(analysis, i) for i in range(len(BOUNDARY.requests))]
-    key, _ = next((k, p) for k, p in analysis.possible[target].items() if p.excess is not None)
+    key, possible = next((k, p) for k, p in analysis.possible[target].items() if p.excess is not None)
     for obs, excess in ((nginx, nginx_excess), (gateway, gateway_excess)):
-        obs[target] = Observed(*key, obs[target].latency_ms, excess=excess)
-        possible = analysis.possible[target][key]
-        obs[target].latency_ms = float(possible.duration[0])
+        obs[target] = Observed(*key, float(possible.duration[0]), excess=excess)
     result = compare(BOUNDARY, analysis, nginx, gateway, {"nginx": 0.0, "gateway": 0.0})
     return [e for e in result.errors if "logged excess" in e]
 
