@@ -508,3 +508,19 @@ def cli(
         env=full_env,
         timeout=timeout,
     )
+
+
+def temp_fds(gw: Gateway, temp_dir: Path) -> list[str]:
+    """The gateway's open files in ``temp_dir`` (anonymous temp files show as '(deleted)'); an fd
+    closed between the listing and its readlink is skipped (it is no longer open)."""
+    assert gw.proc is not None
+    out = []
+    fd_dir = Path(f"/proc/{gw.proc.pid}/fd")
+    for entry in fd_dir.iterdir():
+        try:
+            target = os.readlink(entry)
+        except FileNotFoundError:
+            continue
+        if target.startswith(str(temp_dir)):
+            out.append(target)
+    return out

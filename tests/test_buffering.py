@@ -21,7 +21,7 @@ import pytest
 
 from gateway.config import load_config_text
 from gateway.errors import ConfigErrors
-from tests.helpers import Gateway, basic_config, free_port, pattern
+from tests.helpers import Gateway, basic_config, free_port, pattern, temp_fds
 
 MiB = 1024**2
 GiB = 1024**3
@@ -133,21 +133,6 @@ def config(port: int, servers: list[str], *settings: str, top: str = "", keepali
     )
     top += "admin: {listen: off}\nlog: {level: info}\n"
     return top + text + "".join(f"    {line}\n" for line in settings)
-
-
-def temp_fds(gw: Gateway, temp_dir: Path) -> list[str]:
-    """The gateway's open files in ``temp_dir`` (anonymous temp files show as '(deleted)')."""
-    assert gw.proc is not None
-    out = []
-    fd_dir = Path(f"/proc/{gw.proc.pid}/fd")
-    for entry in fd_dir.iterdir():
-        try:
-            target = os.readlink(entry)
-        except FileNotFoundError:
-            continue
-        if target.startswith(str(temp_dir)):
-            out.append(target)
-    return out
 
 
 async def temp_files_gone(gw: Gateway, temp_dir: Path, within: float = 2.0) -> bool:

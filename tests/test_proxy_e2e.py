@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import os
 import re
 import signal
 import socket
 import time
 import zlib
-from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.helpers import Upstream, basic_config, free_port, pattern
+from tests.helpers import Upstream, basic_config, free_port, pattern, temp_fds
 
 GiB = 1024**3
 
@@ -72,9 +70,7 @@ async def test_one_gib_upload_in_bounded_memory(gateway_factory, upstream, tmp_p
     assert result["body_bytes"] == GiB
     assert result["adler32"] == expected
     assert gw.rss_peak_kb() < 200 * 1024, f"gateway peak RSS {gw.rss_peak_kb()} kB for a 1 GiB upload"
-    assert gw.proc is not None
-    fds = [os.readlink(fd) for fd in Path(f"/proc/{gw.proc.pid}/fd").iterdir()]
-    assert not [fd for fd in fds if fd.startswith(str(spool_dir))], "a temp file outlived its request"
+    assert not temp_fds(gw, spool_dir), "a temp file outlived its request"
 
 
 @pytest.mark.slow
