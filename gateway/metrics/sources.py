@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -47,8 +48,15 @@ def register_gauges(
                 )
                 yield (name, peer.address, 0 if out else 1)
 
+    def gc_field(field: str) -> Callable[[], Iterator[Sequence[Any]]]:
+        return lambda: ((str(generation), counts[field]) for generation, counts in enumerate(gc.get_stats()))
+
     stats.gauge("gateway_connections", conns)
     stats.gauge("gateway_connections_refused_total", refused)
     stats.gauge("gateway_bans_active", lambda: [(len(banlist),)])
     stats.gauge("gateway_redis_circuit_open", circuit)
     stats.gauge("gateway_upstream_server_up", servers_up)
+    # the names and meaning of prometheus_client's own GC collector (summed over workers)
+    stats.gauge("python_gc_collections_total", gc_field("collections"))
+    stats.gauge("python_gc_objects_collected_total", gc_field("collected"))
+    stats.gauge("python_gc_objects_uncollectable_total", gc_field("uncollectable"))
