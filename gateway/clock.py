@@ -45,3 +45,6 @@ class Deadline:
 
     def cancel(self) -> None:
         self._handle.cancel()
+        # The arguments often hold what holds this deadline (a batch and its timer): let go
+        # of them, so that the pair is freed at once, not by the cyclic collector.
+        self._args = ()

@@ -35,7 +35,6 @@ class RequestContext:
         "peer",
         "raw_query",
         "raw_target",
-        "request",
         "request_target",
         "route",
         "scheme",
@@ -55,7 +54,6 @@ class RequestContext:
     def __init__(
         self, request: BaseRequest, started: float, peer: ClientAddr, scheme: str, server_port: int, tls: Any = None
     ) -> None:
-        self.request = request
         self.tls = tls  # the ssl.SSLObject of a TLS connection: $ssl_protocol, $ssl_cipher
         self.started = started
         self.method: str = request.method
