@@ -303,6 +303,7 @@ async def test_served_requests_leave_no_garbage_cycles(gateway_factory, upstream
     for the cyclic collector (whose passes over them once cost ~10% of the CPU of a request).
     With workers: 2 the zones live in the master; with Redis, decisions go out in batches."""
     admin = free_port()
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there: 502
     store_section = ""
     if store == "redis":
         url = request.getfixturevalue("redis_server").url
@@ -320,7 +321,9 @@ zones:
   tight: {{type: req, key: $binary_remote_addr, rate: 1r/m}}
 upstreams:
   app: {{servers: [{upstream.address}]}}
+  dead: {{servers: ["{dead}"]}}
 routes:
+  - {{location: /dead, upstream: dead}}
   - {{location: /limited, upstream: app, limit_req: [{{zone: ip, burst: 1000}}], limit_conn: [{{zone: conns, max: 100}}]}}
   - {{location: /rejected, upstream: app, limit_req: [{{zone: tight}}]}}
   - {{location: /nowhere, return: {{code: 404}}}}
@@ -345,9 +348,9 @@ routes:
 
         assert await get("/rejected") == 200
         for _ in range(100):  # 10 at a time, on kept-alive connections: proxied, rejected, returned
-            paths = ["/echo", "/limited/echo", "/echo", "/rejected", "/nowhere"] * 2
+            paths = ["/echo", "/limited/echo", "/dead", "/rejected", "/nowhere"] * 2
             statuses = await asyncio.gather(*(get(p) for p in paths))
-            assert statuses == [200, 200, 200, 503, 404] * 2
+            assert statuses == [200, 200, 502, 503, 404] * 2
     after = await scrape(url)
     # 1,000 requests: a cycle per request (10 objects each) would be 10,000 here
     assert collected(after) - collected(before) < 500, (before, after)

@@ -107,7 +107,10 @@ class Connection(asyncio.Protocol):
         self.pool = pool
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
+        # The parser holds this protocol's callbacks, so the two make a cycle: it exists only
+        # while connected (a refused connect never makes one; connection_lost drops it),
+        # and a connection's end frees both at once, not by the cyclic collector.
+        self.parser: httptools.HttpResponseParser
         self.closed = False
         self.used = 0  # exchanges completed on this connection
         self.idle_since = 0.0
@@ -134,6 +137,7 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.parser = httptools.HttpResponseParser(self)
 
     def data_received(self, data: bytes) -> None:
         if self._switch_head is not None:
@@ -199,6 +203,7 @@ class Connection(asyncio.Protocol):
                 _Answered() if answered else Disconnected("upstream closed the connection while we sent the body")
             )
         self.pool.forget(self)
+        self.__dict__.pop("parser", None)  # (none if a TLS handshake failed before connection_made)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -493,16 +498,16 @@ class PeerPool:
             conn.close()
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(
+            # asyncio.timeout, not wait_for: no task of its own, whose frame and the connect
+            # error's traceback would hold each other (a cycle per failed connect)
+            async with asyncio.timeout(connect_timeout):
+                _, conn = await loop.create_connection(
                     lambda: Connection(self),
                     self.host,
                     self.port,
                     ssl=self.upstream.ssl_context,
                     server_hostname=self.server_hostname,
-                ),
-                connect_timeout,
-            )
+                )
         except TimeoutError:
             raise ConnectTimedOut("upstream timed out while connecting") from None
         except OSError as exc:
