@@ -41,7 +41,11 @@ class Deadline:
         self._handle = asyncio.get_running_loop().call_later(delay, self._due)
 
     def _due(self) -> None:
-        self._handle = asyncio.get_running_loop().call_later(POLL_GRACE_S, self._callback, *self._args)
+        self._handle = asyncio.get_running_loop().call_later(POLL_GRACE_S, self._fire)
+
+    def _fire(self) -> None:
+        args, self._args = self._args, ()  # (as cancel: not held past the deadline)
+        self._callback(*args)
 
     def cancel(self) -> None:
         self._handle.cancel()

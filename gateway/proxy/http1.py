@@ -357,6 +357,9 @@ class Connection(asyncio.Protocol):
         tail, self._tunnel_head = self._tunnel_head, b""
         transport, self.transport = self.transport, None
         self.closed = True  # never pooled again; close() no longer touches the transport
+        # The tunnel gets connection_lost now, not us: let go of what held us in cycles.
+        self.__dict__.pop("parser", None)
+        self._body = None  # (the spool, whose producer we are: a 101 has no body to feed)
         if transport is None or transport.is_closing():
             return None, tail
         transport.set_protocol(protocol)
