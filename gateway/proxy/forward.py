@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
@@ -147,7 +147,7 @@ def _body_failed(
     return responses.error(400, accept, "client closed the request body early")
 
 
-def forward_http(
+async def forward_http(
     request: web.BaseRequest,
     ctx: RequestContext,
     pool: UpstreamPool,
@@ -159,31 +159,13 @@ def forward_http(
     body_timeout: float = 60.0,
     buffers: BufferPolicy = DEFAULT_BUFFERS,
     rewrite: UpstreamRewrite | None = None,
-) -> Awaitable[web.StreamResponse]:
-    """The coroutine that proxies the request, to await. ``rewrite``: the route's ``uri`` and
-    ``proxy_set_header`` (None: the request as it came). A request without a body is
-    ``_forward`` itself: no body checks, and no coroutine level of its own (-1.2 % of the
-    instructions of a proxied GET)."""
-    if not request.body_exists:
-        return _forward(request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, None, rewrite)
-    return _forward_body(
-        request, ctx, pool, headers, max_body, extra_headers, trusted_peer, body_timeout, buffers, rewrite
-    )
-
-
-async def _forward_body(
-    request: web.BaseRequest,
-    ctx: RequestContext,
-    pool: UpstreamPool,
-    headers: CIMultiDictProxy[str],
-    max_body: int,
-    extra_headers: Sequence[tuple[str, str]],
-    trusted_peer: bool,
-    body_timeout: float,
-    buffers: BufferPolicy,
-    rewrite: UpstreamRewrite | None,
 ) -> web.StreamResponse:
-    """A request with a body: over ``client_max_body_size`` -> 413, else streamed or buffered."""
+    """``rewrite``: the route's ``uri`` and ``proxy_set_header`` (None: the request as it came).
+    A request without a body goes straight to ``_forward``, past the body checks."""
+    if not request.body_exists:
+        return await _forward(
+            request, ctx, pool, headers, max_body, extra_headers, trusted_peer, buffers, None, rewrite
+        )
     accept = headers.get("Accept", "")
     length = request.content_length
     if max_body and length is not None and length > max_body:
