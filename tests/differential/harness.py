@@ -33,13 +33,17 @@ Tolerances (all in ms), computed rather than guessed:
 
 * The excess printed in "limiting requests" / "delaying request" error-log lines must lie in
   the model's [min, max] over the runs (this is where r/m truncation, rate_m = N*1000//60,
-  and the per-commit loss of the leak's fraction show within a few seconds).
+  and the per-commit loss of the leak's fraction show within a few seconds), widened by
+  what a stall of L ms is worth at the location's fastest rate (``excess_slack``):
+
+      min - ceil(L * rate_m / 1000)  <=  excess_T  <=  max + ceil(L * rate_m / 1000)
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import time
@@ -348,6 +352,18 @@ def _fmt_obs(o: Observed) -> str:
     return f"{o.status} {o.limit_req_status or '-'}/{o.limit_conn_status or '-'} {o.latency_ms:.0f}ms{exc}{err}"
 
 
+def excess_slack(scn: Scenario, loc: str, loop_lag_ms: float) -> int:
+    """How far a stall of ``loop_lag_ms`` can move a logged excess, in nginx's milli-requests.
+
+    J covers the client's lateness up to the moment it stamps a request as sent. A stall after
+    that stamp (connection set-up, the write) delays the request's arrival by up to the stall
+    and shows only in L, the client loop's worst stall. An arrival moved by L ms changes the
+    leak by L * rate_m / 1000 at the location's fastest zone, either way.
+    """
+    rates = [zone.rate_m for lr in scn.location(loc).limit_req if isinstance(zone := scn.zone(lr.zone), ReqZone)]
+    return math.ceil(loop_lag_ms * max(rates, default=0) / 1000)
+
+
 def compare(
     scn: Scenario,
     analysis: Analysis,
@@ -364,6 +380,7 @@ def compare(
         targets[name] = [obs[p] for p in perm]
     cmp = Comparison(scn, analysis, targets["nginx"], targets["gateway"], overhead, L)
     for i, r in enumerate(scn.requests):
+        slack = excess_slack(scn, r.loc, L)
         possible = analysis.possible[i]
         tag = "~" if analysis.sensitive(i) else " "
         args = "&".join(f"{k}={v}" for k, v in r.args) or "-"
@@ -393,10 +410,11 @@ def compare(
             elif o.excess is not None:
                 if p.excess is None:
                     cmp.errors.append(f"{problem}: unexpected log line with excess {o.excess}: {o.log_lines}")
-                elif not p.excess[0] <= o.excess <= p.excess[1]:
+                elif not p.excess[0] - slack <= o.excess <= p.excess[1] + slack:
                     excess_outside[name] = (o.excess, p.excess)
                     cmp.errors.append(
                         f"{problem}: logged excess {o.excess} outside the model's {p.excess[0]}..{p.excess[1]}"
+                        + (f" ± {slack} (L={L:.1f} ms)" if slack else "")
                     )
             # latency
             lo = p.duration[0] - J
