@@ -12,8 +12,9 @@ import socket
 from typing import Any
 
 import pytest
-from aiohttp.http import HttpVersion11
+from aiohttp.http import HttpVersion10, HttpVersion11
 
+from gateway.proxy import respond
 from gateway.proxy.respond import Head
 from tests.helpers import RawUpstream, basic_config
 
@@ -208,3 +209,13 @@ def test_head_replaces_extra_headers_at_their_first_place_and_appends_the_rest()
     lines = data.split(b"\r\n")
     assert lines[1:5] == [b"A: 1", b"RateLimit-Limit: 10", b"B: 2", b"RateLimit-Remaining: 9"]
     assert keep_alive and not chunked
+
+
+def test_status_lines_are_remembered_up_to_a_bound_and_each_reason_comes_out_as_sent():
+    # The reason phrase is the upstream's own text: any number of them must not grow the cache.
+    for i in range(respond.STATUS_LINES_MAX + 100):
+        data, _, _ = Head([], ()).compose(HttpVersion11, True, 200, f"R{i}", 0, no_body=False, head=False)
+        assert data.startswith(f"HTTP/1.1 200 R{i}\r\n".encode())
+    assert len(respond._status_lines) <= respond.STATUS_LINES_MAX
+    data, _, _ = Head([], ()).compose(HttpVersion10, False, 404, "Not Found", 0, no_body=False, head=False)
+    assert data.startswith(b"HTTP/1.0 404 Not Found\r\n")

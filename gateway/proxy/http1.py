@@ -120,6 +120,7 @@ class Connection(asyncio.Protocol):
         self._status_reason = b""
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
+        self._length_header = False  # Content-Length or Transfer-Encoding among _raw_headers
         self._head: asyncio.Future[ResponseHead] | None = None
         self._body: ResponseSpool | None = None  # where the response body goes, until it is complete
         self._request_sent = False
@@ -226,11 +227,15 @@ class Connection(asyncio.Protocol):
         if self._header_bytes > MAX_HEADER_BYTES:
             raise _HeaderTooBig()
         self._raw_headers.append((name, value))
+        size = len(name)  # only names of 14 or 17 bytes are worth lowering here
+        if (size == 14 or size == 17) and name.lower() in (b"content-length", b"transfer-encoding"):
+            self._length_header = True
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
         if 100 <= status < 200 and status != 101:
             self._raw_headers = []  # 100 Continue, 103 Early Hints: the real answer follows
+            self._length_header = False
             return
         head = ResponseHead(
             status, self._status_reason.decode("latin-1"), self._raw_headers, self.parser.get_http_version()
@@ -243,13 +248,12 @@ class Connection(asyncio.Protocol):
             self._switch_head = head  # handed out once llhttp confirms the switch (HttpParserUpgrade)
             self._raw_headers = []
             self._header_bytes = 0
+            self._length_header = False
             return
-        framed = status in (204, 304) or any(
-            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self._raw_headers
-        )
-        self._until_eof = not framed
+        self._until_eof = not (self._length_header or status in (204, 304))
         self._raw_headers = []
         self._header_bytes = 0
+        self._length_header = False
         if self._head is not None and not self._head.done():
             self._head.set_result(head)
         if self._head_only:

@@ -176,7 +176,9 @@ class Head:
                     lines.append(b"Connection: keep-alive")
             elif version == HttpVersion11:
                 lines.append(b"Connection: close")
-        status_line = f"HTTP/{version.major}.{version.minor} {status} {reason}".encode()
+        status_line = _status_lines.get((version, status, reason))
+        if status_line is None:
+            status_line = _status_line(version, status, reason)
         data = b"\r\n".join([status_line, *lines, b"\r\n"])
         # One CRLF per line and two at the end, and no other CR or LF: no field can split the header.
         breaks = len(lines) + 2
@@ -195,6 +197,17 @@ def send(writer: StreamWriter, head: bytes, body: bytes = b"") -> None:
         writer._writelines((head, body))
     else:
         writer._write(head)
+
+
+_status_lines: dict[tuple[HttpVersion, int, str], bytes] = {}
+STATUS_LINES_MAX = 512  # the reason phrase is the upstream's: any text, so the cache is bounded
+
+
+def _status_line(version: HttpVersion, status: int, reason: str) -> bytes:
+    line = f"HTTP/{version.major}.{version.minor} {status} {reason}".encode()
+    if len(_status_lines) < STATUS_LINES_MAX:
+        _status_lines[(version, status, reason)] = line
+    return line
 
 
 def _str_line(name: str, value: str) -> bytes:
