@@ -219,3 +219,14 @@ def test_status_lines_are_remembered_up_to_a_bound_and_each_reason_comes_out_as_
     assert len(respond._status_lines) <= respond.STATUS_LINES_MAX
     data, _, _ = Head([], ()).compose(HttpVersion10, False, 404, "Not Found", 0, no_body=False, head=False)
     assert data.startswith(b"HTTP/1.0 404 Not Found\r\n")
+
+
+def test_extra_field_lines_are_remembered_up_to_a_bound_and_each_comes_out_as_given():
+    # RateLimit's value changes with every request that spends the bucket: the cache stops growing.
+    for i in range(respond.FIELD_CACHE_MAX + 100):
+        data, _, _ = Head([(b"X-Up", b"1")], [("RateLimit", f'"z";r={i};t=1')]).compose(
+            HttpVersion11, True, 200, "OK", 0, no_body=False, head=False
+        )
+        assert f'\r\nRateLimit: "z";r={i};t=1\r\n'.encode() in data
+    assert len(respond._field_lines) <= respond.FIELD_CACHE_MAX
+    assert len(respond._lower_names) <= respond.FIELD_CACHE_MAX

@@ -88,7 +88,10 @@ class Head:
         replace = None
         done: set[bytes] = _NOTHING_DONE
         if extra:
-            replace = {name.lower().encode("latin-1"): (name, value) for name, value in extra}
+            replace = {}
+            for field in extra:
+                lname = _lower_names.get(field[0])
+                replace[_lower_name(field[0]) if lname is None else lname] = field
             done = set()
         for name, value in raw:
             lname = name.lower()
@@ -111,7 +114,7 @@ class Head:
                 if lname in done:
                     continue  # replaced already, at its first place (as CIMultiDict's __setitem__)
                 done.add(lname)
-                lines.append(_str_line(*replace[lname]))
+                lines.append(_field_line(replace[lname]))
             else:
                 if not name.isascii():
                     name = name.decode("latin-1").encode("utf-8")
@@ -120,7 +123,7 @@ class Head:
         if replace is not None:
             for lname, field in replace.items():
                 if lname not in done:
-                    lines.append(_str_line(*field))
+                    lines.append(_field_line(field))
                     seen |= _SEEN.get(lname, 0)
         self.seen = seen
         if tokens is None or named:
@@ -207,6 +210,29 @@ def _status_line(version: HttpVersion, status: int, reason: str) -> bytes:
     line = f"HTTP/{version.major}.{version.minor} {status} {reason}".encode()
     if len(_status_lines) < STATUS_LINES_MAX:
         _status_lines[(version, status, reason)] = line
+    return line
+
+
+# The extra fields are the gateway's own (RateLimit-Policy, RateLimit): few names, and values
+# that repeat from one request to the next. Both caches are bounded all the same.
+FIELD_CACHE_MAX = 1024
+_lower_names: dict[str, bytes] = {}
+_field_lines: dict[tuple[str, str], bytes] = {}
+
+
+def _lower_name(name: str) -> bytes:
+    lname = name.lower().encode("latin-1")
+    if len(_lower_names) < FIELD_CACHE_MAX:
+        _lower_names[name] = lname
+    return lname
+
+
+def _field_line(field: tuple[str, str]) -> bytes:
+    line = _field_lines.get(field)
+    if line is None:
+        line = _str_line(*field)
+        if len(_field_lines) < FIELD_CACHE_MAX:
+            _field_lines[field] = line
     return line
 
 
