@@ -115,14 +115,18 @@ class Limiter:
 
     async def admit(self, route: RoutePlan, ctx: RequestContext) -> Admission:
         """Evaluate limit_req and limit_count (and limit_conn when there is no delay)."""
-        req_keys = [limit.key(ctx) for limit in route.limit_req]
-        count_keys = [limit.key(ctx) for limit in route.limit_count]
-        conn_keys = [limit.key(ctx) for limit in route.limit_conn]
-        algo = [(limit.key(ctx), _cost(limit, ctx)) for limit in route.limit_algo]
-        if any(cost < 0 for _, cost in algo):
-            admission = Admission(route=route)
-            admission.response = responses.error(400, ctx.headers.get("Accept", ""), "invalid request cost")
-            return admission
+        # A comprehension is a function call on Python 3.11, even over nothing: a route's
+        # unused kinds get a plain empty list.
+        req_keys = [limit.key(ctx) for limit in route.limit_req] if route.limit_req else []
+        count_keys = [limit.key(ctx) for limit in route.limit_count] if route.limit_count else []
+        conn_keys = [limit.key(ctx) for limit in route.limit_conn] if route.limit_conn else []
+        algo: list[tuple[bytes, int]] = []
+        if route.limit_algo:
+            algo = [(limit.key(ctx), _cost(limit, ctx)) for limit in route.limit_algo]
+            if any(cost < 0 for _, cost in algo):
+                admission = Admission(route=route)
+                admission.response = responses.error(400, ctx.headers.get("Accept", ""), "invalid request cost")
+                return admission
         try:
             verdict = await self.store.admit(route, req_keys, count_keys, conn_keys, algo)
         except StoreUnavailable as exc:
