@@ -439,9 +439,12 @@ class MemoryStore:
                     count_tables[i].store(count_keys[i], maybe.state, now)
         if req is not None and req.rc == nginx_req.OK:
             nginx_req.commit(req, req_tables)
-        waits = (req is not None and req.delay_ms > 0) or any(a is not None and a.delay_ms for a in verdict.algo)
-        if route.limit_conn and (not waits or dry):
-            verdict.conn = self.take_conn(route, conn_keys)
+        if route.limit_conn:
+            waits = (req is not None and req.delay_ms > 0) or (
+                bool(verdict.algo) and any(a is not None and a.delay_ms for a in verdict.algo)
+            )
+            if not waits or dry:
+                verdict.conn = self.take_conn(route, conn_keys)
         return verdict
 
     def _decide_algo(
