@@ -216,7 +216,7 @@ def test_status_lines_are_remembered_up_to_a_bound_and_each_reason_comes_out_as_
     for i in range(respond.STATUS_LINES_MAX + 100):
         data, _, _ = Head([], ()).compose(HttpVersion11, True, 200, f"R{i}", 0, no_body=False, head=False)
         assert data.startswith(f"HTTP/1.1 200 R{i}\r\n".encode())
-    assert len(respond._status_lines) <= respond.STATUS_LINES_MAX
+    assert respond._status_line.cache_info().currsize <= respond.STATUS_LINES_MAX
     data, _, _ = Head([], ()).compose(HttpVersion10, False, 404, "Not Found", 0, no_body=False, head=False)
     assert data.startswith(b"HTTP/1.0 404 Not Found\r\n")
 
@@ -228,5 +228,5 @@ def test_extra_field_lines_are_remembered_up_to_a_bound_and_each_comes_out_as_gi
             HttpVersion11, True, 200, "OK", 0, no_body=False, head=False
         )
         assert f'\r\nRateLimit: "z";r={i};t=1\r\n'.encode() in data
-    assert len(respond._field_lines) <= respond.FIELD_CACHE_MAX
-    assert len(respond._lower_names) <= respond.FIELD_CACHE_MAX
+    assert respond._field_line.cache_info().currsize <= respond.FIELD_CACHE_MAX
+    assert respond._lower_name.cache_info().currsize <= respond.FIELD_CACHE_MAX

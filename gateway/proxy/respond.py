@@ -21,6 +21,7 @@ same rules aiohttp's ``prepare`` applies, and go to the transport through the re
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -88,10 +89,9 @@ class Head:
         replace = None
         done: set[bytes] = _NOTHING_DONE
         if extra:
-            replace = {}
+            replace = {}  # (a loop, not a comprehension: that is a function call on Python 3.11)
             for field in extra:
-                lname = _lower_names.get(field[0])
-                replace[_lower_name(field[0]) if lname is None else lname] = field
+                replace[_lower_name(field[0])] = field
             done = set()
         for name, value in raw:
             lname = name.lower()
@@ -179,9 +179,7 @@ class Head:
                     lines.append(b"Connection: keep-alive")
             elif version == HttpVersion11:
                 lines.append(b"Connection: close")
-        status_line = _status_lines.get((version, status, reason))
-        if status_line is None:
-            status_line = _status_line(version, status, reason)
+        status_line = _status_line(version, status, reason)
         data = b"\r\n".join([status_line, *lines, b"\r\n"])
         # One CRLF per line and two at the end, and no other CR or LF: no field can split the header.
         breaks = len(lines) + 2
@@ -202,38 +200,27 @@ def send(writer: StreamWriter, head: bytes, body: bytes = b"") -> None:
         writer._write(head)
 
 
-_status_lines: dict[tuple[HttpVersion, int, str], bytes] = {}
 STATUS_LINES_MAX = 512  # the reason phrase is the upstream's: any text, so the cache is bounded
 
 
+@functools.lru_cache(maxsize=STATUS_LINES_MAX)
 def _status_line(version: HttpVersion, status: int, reason: str) -> bytes:
-    line = f"HTTP/{version.major}.{version.minor} {status} {reason}".encode()
-    if len(_status_lines) < STATUS_LINES_MAX:
-        _status_lines[(version, status, reason)] = line
-    return line
+    return f"HTTP/{version.major}.{version.minor} {status} {reason}".encode()
 
 
 # The extra fields are the gateway's own (RateLimit-Policy, RateLimit): few names, and values
 # that repeat from one request to the next. Both caches are bounded all the same.
 FIELD_CACHE_MAX = 1024
-_lower_names: dict[str, bytes] = {}
-_field_lines: dict[tuple[str, str], bytes] = {}
 
 
+@functools.lru_cache(maxsize=FIELD_CACHE_MAX)
 def _lower_name(name: str) -> bytes:
-    lname = name.lower().encode("latin-1")
-    if len(_lower_names) < FIELD_CACHE_MAX:
-        _lower_names[name] = lname
-    return lname
+    return name.lower().encode("latin-1")
 
 
+@functools.lru_cache(maxsize=FIELD_CACHE_MAX)
 def _field_line(field: tuple[str, str]) -> bytes:
-    line = _field_lines.get(field)
-    if line is None:
-        line = _str_line(*field)
-        if len(_field_lines) < FIELD_CACHE_MAX:
-            _field_lines[field] = line
-    return line
+    return _str_line(*field)
 
 
 def _str_line(name: str, value: str) -> bytes:
