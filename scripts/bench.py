@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import platform
 import random
 import re
 import shutil
@@ -667,7 +668,9 @@ def main() -> None:
         tallies = {n: Tally() for n in names}
         print(
             f"upstream: {lab.upstream_kind}; wrk -t1 -c{args.connections} -d{args.duration:g}s; cpus: {NCPU}; "
-            f"proxy on CPU {PROXY_CPU}, upstream + wrk + Redis on CPU {LOAD_CPU}",
+            f"proxy on CPU {PROXY_CPU}, upstream + wrk + Redis on CPU {LOAD_CPU}\n"
+            f"python: {PY} ({platform.python_version()}); the interpreter's build moves every Python target, "
+            "see scripts/bench_python.sh",
             flush=True,
         )
         for rnd in range(args.rounds):
