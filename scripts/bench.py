@@ -34,6 +34,14 @@ Targets (one entry each in TARGETS below; adding a target is adding an entry):
     .venv/bin/python scripts/bench.py --targets gateway+req,gateway+req-w2
     .venv/bin/python scripts/bench.py --targets baseline,gateway --open-loop 0.5   # + p99, see openloop.py
 
+--python-b PY adds, for each baseline or gateway target named with the suffix ``@B``
+(``baseline@B``, ``gateway+redis@B``), the same target run on that other interpreter (a venv's
+python with this project installed), in the same rounds, and prints each one against its
+twin on this interpreter:
+
+    .venv/bin/python scripts/bench.py --python-b /tmp/venv-deb/bin/python --rounds 5 \
+        --targets baseline,baseline@B,gateway+redis,gateway+redis@B
+
 --open-loop RATE (requests/s, or a fraction <= 1 of the target's measured median) then runs
 scripts/openloop.py's fixed-rate generator against --open-loop-target (default `gateway`) and
 the bare upstream at that rate, and prints p50/p90/p99/p99.9 added latency (target minus
@@ -43,6 +51,7 @@ upstream, each request timed from its scheduled send).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import os
 import platform
@@ -62,6 +71,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+ON_B = "@B"  # a target name's suffix: run on --python-b
+PYTHON_B = [""]
+
+
+def python_for(name: str) -> str:
+    """The interpreter a baseline or gateway target runs on."""
+    return PYTHON_B[0] if name.endswith(ON_B) else PY
+
+
 NCPU = os.cpu_count() or 1
 PROXY_CPU = "0"
 LOAD_CPU = f"1-{NCPU - 1}" if NCPU > 2 else "1"
@@ -375,7 +393,7 @@ def start_gateway(lab: Lab, name: str, gw: Gw, cpus: str = PROXY_CPU) -> Running
     error_log = lab.tmp / f"{name}.error.log"
     conf = lab.tmp / f"{name}.yaml"
     conf.write_text(gw.config(port, lab.upstream(), redis.port if redis else 0, admin_port, error_log))
-    proc = lab.spawn([PY, "-m", "gateway", "run", "-c", str(conf)], cpus, lab.tmp / f"{name}.out")
+    proc = lab.spawn([python_for(name), "-m", "gateway", "run", "-c", str(conf)], cpus, lab.tmp / f"{name}.out")
     try:
         wait_port(port)
     except SystemExit:
@@ -396,7 +414,7 @@ def gateway(about: str, gw: Gw, cpus: str = PROXY_CPU, after: Callable[[Lab, Run
 
 def start_baseline(lab: Lab, name: str) -> Running:
     port = free_port()
-    cmd = [PY, str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{lab.upstream()}"]
+    cmd = [python_for(name), str(ROOT / "scripts" / "baseline_proxy.py"), str(port), f"127.0.0.1:{lab.upstream()}"]
     proc = lab.spawn(cmd, PROXY_CPU)
     wait_port(port)
     return Running(name, proc, port, "/bench")
@@ -593,7 +611,20 @@ def measure(run: Running, tally: Tally, duration: float, connections: int) -> fl
     return result.rps
 
 
+def on_python_b(name: str) -> None:
+    """Enter ``name`` (``<target>@B``) in TARGETS: ``<target>`` on --python-b."""
+    base = TARGETS.get(name.removesuffix(ON_B))
+    if base is None or not (base.gw or base.launch is start_baseline):
+        raise SystemExit(f"{name}: only baseline and gateway targets run on --python-b")
+    if not PYTHON_B[0]:
+        raise SystemExit(f"{name} needs --python-b")
+    TARGETS[name] = dataclasses.replace(base, about=f"{base.about}, on {PYTHON_B[0]}")
+
+
 def check_targets(names: list[str], lab: Lab) -> list[str]:
+    for name in names:
+        if name.endswith(ON_B):
+            on_python_b(name)
     unknown = [n for n in names if n not in TARGETS]
     if unknown:
         raise SystemExit(f"unknown targets {unknown}; known: {', '.join(TARGETS)}")
@@ -619,7 +650,8 @@ def report(names: list[str], tallies: dict[str, Tally], runs: dict[str, Running]
         if runs[n].workers > 1:
             cpu += f" (master {t.per_request(t.master_cpu) * 1e6:.1f})"
         print(f"| {n} | {med[n]:,.0f} | {med[n] / base:.2f} | {cpu} | {TARGETS[n].about} |")
-    lines = [f"  {a} / {b} = {med[a] / med[b]:.3f}" for a, b in RATIOS if a in med and b in med]
+    pairs = [*RATIOS, *((n, n.removesuffix(ON_B)) for n in names if n.endswith(ON_B))]
+    lines = [f"  {a} / {b} = {med[a] / med[b]:.3f}" for a, b in pairs if a in med and b in med]
     if lines:
         print("\nratios:\n" + "\n".join(lines))
     redis = [n for n in names if runs[n].redis]
@@ -652,11 +684,13 @@ def main() -> None:
     parser.add_argument(
         "--redis-timeout", default="", help="the gateways' Redis timeout, e.g. 1s on a busy machine (default: 50ms)"
     )
+    parser.add_argument("--python-b", default="", metavar="PY", help="the interpreter of targets named <target>@B")
     parser.add_argument("--open-loop", type=float, default=0, metavar="RATE", help="see scripts/openloop.py")
     parser.add_argument("--open-loop-seconds", type=float, default=10)
     parser.add_argument("--open-loop-target", default="gateway", help="the target measured open-loop (default gateway)")
     args = parser.parse_args()
     REDIS_TIMEOUT[0] = args.redis_timeout
+    PYTHON_B[0] = args.python_b
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     with Lab(args.peer) as lab:
@@ -669,8 +703,8 @@ def main() -> None:
         print(
             f"upstream: {lab.upstream_kind}; wrk -t1 -c{args.connections} -d{args.duration:g}s; cpus: {NCPU}; "
             f"proxy on CPU {PROXY_CPU}, upstream + wrk + Redis on CPU {LOAD_CPU}\n"
-            f"python: {PY} ({platform.python_version()}); the interpreter's build moves every Python target, "
-            "see scripts/bench_python.sh",
+            f"python: {PY} ({platform.python_version()}); the interpreter's build moves every Python target "
+            "(--python-b compares two)",
             flush=True,
         )
         for rnd in range(args.rounds):
