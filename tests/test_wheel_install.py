@@ -137,7 +137,6 @@ def test_the_redis_suite_passes_against_the_installed_wheel(installed: Installed
             str(installed.python),
             "-m",
             "pytest",
-            "-q",
             "-p",
             "no:cacheprovider",
             "-o",
