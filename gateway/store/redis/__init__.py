@@ -193,7 +193,8 @@ class RedisStore:
                 raw = [*req_keys, *count_keys, *conn_keys]
                 keys = call.keys(raw)
                 if keys is not None:
-                    member = self.leases.next_member()
+                    # A lease member names this request's limit_conn slots: none to name without them.
+                    member = self.leases.next_member() if call.n_conn else b""
                     try:
                         pending = self.batcher.request(0, keys, (now, member, ""), call.tail, call.tail_bytes)
                     except StoreUnavailable:  # the circuit is open: nothing was sent, nothing is held

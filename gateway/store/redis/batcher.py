@@ -105,6 +105,9 @@ class Batcher:
         self._scheduled: dict[int, asyncio.Handle] = {}
         self._held: list[_Op] = []  # releases and renewals waiting for the circuit to close
         self._heads: dict[tuple[Any, ...], bytes] = {}
+        # The loop, looked up once: asyncio.get_running_loop() makes a getpid() system call on
+        # Python 3.11, two per request here otherwise.
+        self._loop: asyncio.AbstractEventLoop | None = None
         breaker.on_close.append(self._resume)
         # figures: batches sent and the operations they carried
         self.batches = 0
@@ -118,9 +121,15 @@ class Batcher:
         if self.breaker.open:
             self.breaker.observe("circuit_open", 0.0)
             raise StoreUnavailable("Redis circuit is open")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = self._running_loop().create_future()
         self._add(group, _Op(b"q", keys, args, tail, tail_bytes, future))
         return future
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None or loop.is_closed():  # first use, or a store used again on a new loop
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def release(self, group: int, keys: Sequence[bytes], member: bytes) -> None:
         """Remove ``member``'s leases from ``keys`` (one slot): sent at once when that group has
@@ -156,7 +165,6 @@ class Batcher:
 
     def _add(self, group: int, op: _Op) -> None:
         batch = self._pending.get(group)
-        loop = asyncio.get_running_loop()
         if batch is None:
             batch = self._pending[group] = _Batch(group)
             batch.timer = Deadline(self.timeout, self._expire, batch)
@@ -164,7 +172,7 @@ class Batcher:
         if self._in_flight.get(group, 0) >= MAX_IN_FLIGHT:
             return  # sent when the reply of the one on the wire arrives
         if group not in self._scheduled:
-            self._scheduled[group] = loop.call_soon(self._flush, group)
+            self._scheduled[group] = self._running_loop().call_soon(self._flush, group)
 
     def _flush(self, group: int) -> None:
         self._scheduled.pop(group, None)
@@ -205,7 +213,7 @@ class Batcher:
         if batch.timer is not None:
             batch.timer.cancel()
         if group in self._pending and group not in self._scheduled:
-            self._scheduled[group] = asyncio.get_running_loop().call_soon(self._flush, group)
+            self._scheduled[group] = self._running_loop().call_soon(self._flush, group)
 
     # -- one call ----------------------------------------------------------------------------------
     async def _send(self, batch: _Batch, *, counted: bool = False) -> None:
