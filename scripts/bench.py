@@ -42,6 +42,13 @@ twin on this interpreter:
     .venv/bin/python scripts/bench.py --python-b /tmp/venv-deb/bin/python --rounds 5 \
         --targets baseline,baseline@B,gateway+redis,gateway+redis@B
 
+--tree-b DIR runs the ``@B`` targets from another checkout instead (its ``gateway`` package;
+on this interpreter unless --python-b says otherwise): an A/B of two trees in the same rounds,
+
+    git worktree add /tmp/before HEAD~1
+    .venv/bin/python scripts/bench.py --tree-b /tmp/before --rounds 5 \
+        --targets gateway+redis,gateway+redis@B
+
 --open-loop RATE (requests/s, or a fraction <= 1 of the target's measured median) then runs
 scripts/openloop.py's fixed-rate generator against --open-loop-target (default `gateway`) and
 the bare upstream at that rate, and prints p50/p90/p99/p99.9 added latency (target minus
@@ -73,11 +80,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 ON_B = "@B"  # a target name's suffix: run on --python-b
 PYTHON_B = [""]
+TREE_B = [ROOT]  # --tree-b: the checkout whose gateway package targets named <target>@B import
 
 
 def python_for(name: str) -> str:
     """The interpreter a baseline or gateway target runs on."""
-    return PYTHON_B[0] if name.endswith(ON_B) else PY
+    return (PYTHON_B[0] or PY) if name.endswith(ON_B) else PY
+
+
+def tree_for(name: str) -> Path:
+    """The checkout a gateway target runs from (``python -m gateway`` imports its package)."""
+    return TREE_B[0] if name.endswith(ON_B) else ROOT
 
 
 NCPU = os.cpu_count() or 1
@@ -256,9 +269,9 @@ class Lab:
                 proc.wait()
         self._dir.cleanup()
 
-    def spawn(self, cmd: list[str], cpus: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    def spawn(self, cmd: list[str], cpus: str, log: Path | None = None, cwd: Path = ROOT) -> subprocess.Popen[bytes]:
         out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - the child keeps it
-        proc = subprocess.Popen(pin(cpus) + cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT if log else None)
+        proc = subprocess.Popen(pin(cpus) + cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if log else None)
         if log:
             out.close()  # type: ignore[union-attr]
         self.procs.append(proc)
@@ -393,7 +406,8 @@ def start_gateway(lab: Lab, name: str, gw: Gw, cpus: str = PROXY_CPU) -> Running
     error_log = lab.tmp / f"{name}.error.log"
     conf = lab.tmp / f"{name}.yaml"
     conf.write_text(gw.config(port, lab.upstream(), redis.port if redis else 0, admin_port, error_log))
-    proc = lab.spawn([python_for(name), "-m", "gateway", "run", "-c", str(conf)], cpus, lab.tmp / f"{name}.out")
+    cmd = [python_for(name), "-m", "gateway", "run", "-c", str(conf)]
+    proc = lab.spawn(cmd, cpus, lab.tmp / f"{name}.out", cwd=tree_for(name))
     try:
         wait_port(port)
     except SystemExit:
@@ -612,13 +626,15 @@ def measure(run: Running, tally: Tally, duration: float, connections: int) -> fl
 
 
 def on_python_b(name: str) -> None:
-    """Enter ``name`` (``<target>@B``) in TARGETS: ``<target>`` on --python-b."""
+    """Enter ``name`` (``<target>@B``) in TARGETS: ``<target>`` on --python-b, from --tree-b."""
     base = TARGETS.get(name.removesuffix(ON_B))
     if base is None or not (base.gw or base.launch is start_baseline):
         raise SystemExit(f"{name}: only baseline and gateway targets run on --python-b")
-    if not PYTHON_B[0]:
-        raise SystemExit(f"{name} needs --python-b")
-    TARGETS[name] = dataclasses.replace(base, about=f"{base.about}, on {PYTHON_B[0]}")
+    if not PYTHON_B[0] and TREE_B[0] == ROOT:
+        raise SystemExit(f"{name} needs --python-b or --tree-b")
+    where = [f"on {PYTHON_B[0]}"] if PYTHON_B[0] else []
+    where += [f"from {TREE_B[0]}"] if TREE_B[0] != ROOT else []
+    TARGETS[name] = dataclasses.replace(base, about=f"{base.about}, {', '.join(where)}")
 
 
 def check_targets(names: list[str], lab: Lab) -> list[str]:
@@ -685,12 +701,18 @@ def main() -> None:
         "--redis-timeout", default="", help="the gateways' Redis timeout, e.g. 1s on a busy machine (default: 50ms)"
     )
     parser.add_argument("--python-b", default="", metavar="PY", help="the interpreter of targets named <target>@B")
+    parser.add_argument(
+        "--tree-b", type=Path, default=ROOT, metavar="DIR", help="the checkout targets named <target>@B run from"
+    )
     parser.add_argument("--open-loop", type=float, default=0, metavar="RATE", help="see scripts/openloop.py")
     parser.add_argument("--open-loop-seconds", type=float, default=10)
     parser.add_argument("--open-loop-target", default="gateway", help="the target measured open-loop (default gateway)")
     args = parser.parse_args()
     REDIS_TIMEOUT[0] = args.redis_timeout
     PYTHON_B[0] = args.python_b
+    TREE_B[0] = args.tree_b.resolve()
+    if not (TREE_B[0] / "gateway" / "__main__.py").is_file():
+        raise SystemExit(f"--tree-b {args.tree_b}: no gateway package there")
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     with Lab(args.peer) as lab:

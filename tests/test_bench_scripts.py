@@ -129,3 +129,15 @@ def test_the_open_loop_generator_sleeps_a_timer_tick_at_least_and_keeps_its_rate
     # at 3,000/s three requests fall due per tick: they go out together, a tick apart
     assert len(pauses) < 1500
     assert openloop.percentile(sorted(result.timer_lag), 50) < 0.005
+
+
+def test_tree_b_targets_run_from_that_checkout_and_a_tree_without_the_package_is_refused(tmp_path, monkeypatch):
+    """--tree-b: an A/B of two checkouts in the same rounds. The @B twin imports the other
+    tree's gateway package (its working directory), on the same interpreter."""
+    monkeypatch.setattr(bench, "TREE_B", [tmp_path])
+    assert bench.tree_for("gateway+redis@B") == tmp_path
+    assert bench.tree_for("gateway+redis") == bench.ROOT
+    assert bench.python_for("gateway+redis@B") == bench.PY
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--tree-b", str(tmp_path), "--targets", "gateway@B"])
+    with pytest.raises(SystemExit, match="no gateway package there"):
+        bench.main()
