@@ -121,6 +121,59 @@ async def test_a_hung_redis_fails_a_whole_batch_within_one_timeout(redis_server)
         await store.close()
 
 
+async def test_a_batch_queued_behind_a_late_one_goes_out_without_waiting_for_its_reply(redis_server):
+    """A stalled Redis process (SIGSTOP here; a busy core or a fork in life): the batch queued
+    behind the one on the wire is sent once that one is late, so both are answered at the
+    next wakeup, in order, instead of the second waiting for a round trip of its own."""
+    store = await open_store(redis_server.url, timeout_ms=1000)
+    route = store.routes["/tight"]  # type: ignore[attr-defined]
+    batcher = store.batcher
+    try:
+        for _ in range(5):  # a recent round trip to judge lateness by
+            await store.admit(store.routes["/"], [b"warm"], [], [b"warm"])  # type: ignore[attr-defined]
+        assert batcher.late_after() < 0.05
+        sent = batcher.batches
+        redis_server.pause()
+        first = asyncio.ensure_future(store.admit(route, [b"k"], [], []))
+        await asyncio.sleep(0.01)  # on the wire, unanswered
+        later = [asyncio.ensure_future(store.admit(route, [b"k"], [], [])) for _ in range(4)]
+        await asyncio.sleep(0.1)
+        assert batcher.batches == sent + 2 and batcher.sent_past_late == 1  # both out, neither answered
+        assert not first.done() and not any(f.done() for f in later)
+        await asyncio.sleep(0.1)
+        assert batcher.batches == sent + 2  # never more than two on the wire
+        redis_server.resume()
+        verdicts = [await first] + [await f for f in later]
+        # one bucket, in the order sent: burst 3 lets the first four through, then refuses
+        codes = [v.req.rc for v in verdicts if v.req is not None]
+        assert codes == [nginx_req.OK] * 4 + [nginx_req.BUSY], codes
+    finally:
+        redis_server.resume()
+        await store.close()
+
+
+async def test_under_load_no_batch_is_sent_past_the_one_on_the_wire(redis_server):
+    """The late rule must not split batches when Redis keeps up: a round trip under load is
+    a loop iteration, and the bar is twice the recent one."""
+    store = await open_store(redis_server.url)
+    route = store.routes["/"]  # type: ignore[attr-defined]
+    try:
+
+        async def one(key: bytes) -> None:
+            verdict = await store.admit(route, [key], [], [key])
+            assert verdict.conn is not None
+            store.release(route, verdict.conn)
+
+        for _ in range(20):
+            await asyncio.gather(*(one(b"k%d" % i) for i in range(50)))
+        batcher = store.batcher
+        print(f"{batcher.batches} batches, {batcher.operations} operations, {batcher.sent_past_late} sent past late")
+        assert batcher.sent_past_late <= max(1, batcher.batches // 50)
+        assert batcher.operations / batcher.batches > 10
+    finally:
+        await store.close()
+
+
 async def test_a_reply_that_came_while_the_loop_was_busy_is_no_timeout(redis_server):
     """A gateway busy past the Redis timeout (its loop blocked, say by a burst of work) must
     not take the reply waiting in its socket for a dead Redis: the event loop runs its timers

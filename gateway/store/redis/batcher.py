@@ -9,6 +9,12 @@ under load a call carries what arrived during one round trip.
 
 * Groups: the keys of one call must share a slot on Redis Cluster, so there is one
   queue per slot (``ScriptClient.slot``); a standalone or Sentinel Redis has one.
+* A late reply does not hold the next batch for a second round trip: a batch queued
+  behind one on the wire goes out anyway once that one has waited ``late_after()``
+  (twice the recent round trip, ``LATE_MIN_S`` at least), at most ``MAX_ON_WIRE`` per
+  group. Redis then reads both at its next wakeup; a stall of the Redis process (a busy
+  core, a fork) costs the requests queued behind it one stall, not two. Under load a
+  round trip is a loop iteration, and the twice-that bar keeps batches as large as before.
 * One deadline per batch, armed when its first operation is queued: a batch that
   has no reply ``timeout`` after that fails all its requests (StoreUnavailable) and
   drops the connection it waits on; the breaker counts that as one failure.
@@ -43,6 +49,9 @@ from gateway.store.resp import NoScript, encode_args
 
 SCRIPT = "batch.lua"
 MAX_IN_FLIGHT = 1  # batches on the wire per group: the next one fills meanwhile
+MAX_ON_WIRE = 2  # ... and with the one on the wire late, one more
+LATE_MIN_S = 0.001  # a reply is late after twice the recent round trip, and never before this
+RTT_WEIGHT = 0.125  # the recent round trip: an exponential average of the replies' (TCP's SRTT weight)
 MAX_HELD = 10_000  # releases and renewals kept while the circuit is open
 MAX_TRIES = 3
 
@@ -76,7 +85,7 @@ class _Op:
 
 
 class _Batch:
-    __slots__ = ("group", "ops", "sent", "task", "timed_out", "timer")
+    __slots__ = ("group", "late", "ops", "sent", "task", "timed_out", "timer")
 
     def __init__(self, group: int) -> None:
         self.group = group
@@ -84,6 +93,7 @@ class _Batch:
         self.sent = False
         self.timed_out = False
         self.timer: Deadline | None = None
+        self.late: asyncio.TimerHandle | None = None  # sends it if the batch on the wire is late
         self.task: asyncio.Task[Any] | None = None
 
 
@@ -109,9 +119,11 @@ class Batcher:
         # Python 3.11, two per request here otherwise.
         self._loop: asyncio.AbstractEventLoop | None = None
         breaker.on_close.append(self._resume)
-        # figures: batches sent and the operations they carried
+        self.rtt = 0.0  # the recent round trip of a batch, seconds (exponential average)
+        # figures: batches sent, the operations they carried, those sent past a late one
         self.batches = 0
         self.operations = 0
+        self.sent_past_late = 0
 
     # -- queueing ----------------------------------------------------------------------------------
     def request(
@@ -170,15 +182,31 @@ class Batcher:
             batch.timer = Deadline(self.timeout, self._expire, batch)
         batch.ops.append(op)
         if self._in_flight.get(group, 0) >= MAX_IN_FLIGHT:
-            return  # sent when the reply of the one on the wire arrives
+            # sent when the reply of the one on the wire arrives, or when that reply is late
+            if batch.late is None and self._in_flight[group] < MAX_ON_WIRE:
+                batch.late = self._running_loop().call_later(self.late_after(), self._send_past_late, batch)
+            return
         if group not in self._scheduled:
             self._scheduled[group] = self._running_loop().call_soon(self._flush, group)
+
+    def late_after(self) -> float:
+        return max(LATE_MIN_S, 2 * self.rtt)
+
+    def _send_past_late(self, batch: _Batch) -> None:
+        batch.late = None
+        group = batch.group
+        if self._pending.get(group) is batch and self._in_flight.get(group, 0) < MAX_ON_WIRE:
+            self.sent_past_late += 1
+            self._flush(group)
 
     def _flush(self, group: int) -> None:
         self._scheduled.pop(group, None)
         batch = self._pending.pop(group, None)
         if batch is None:
             return
+        if batch.late is not None:
+            batch.late.cancel()
+            batch.late = None
         batch.sent = True
         self._in_flight[group] = self._in_flight.get(group, 0) + 1
         if not self.breaker.open:
@@ -212,7 +240,7 @@ class Batcher:
         self._in_flight[group] -= 1
         if batch.timer is not None:
             batch.timer.cancel()
-        if group in self._pending and group not in self._scheduled:
+        if group in self._pending and group not in self._scheduled and self._in_flight[group] < MAX_IN_FLIGHT:
             self._scheduled[group] = self._running_loop().call_soon(self._flush, group)
 
     # -- one call ----------------------------------------------------------------------------------
@@ -250,8 +278,10 @@ class Batcher:
             self._done(batch)
 
     def _deliver(self, batch: _Batch, replies: list[Any], started: float) -> None:
+        took = time.monotonic() - started
+        self.rtt = took if not self.rtt else self.rtt + RTT_WEIGHT * (took - self.rtt)  # seeded by the first
         self.breaker.success()
-        self.breaker.observe("ok", time.monotonic() - started)
+        self.breaker.observe("ok", took)
         for op, reply in zip(batch.ops, replies, strict=True):
             future = op.future
             if future is None or future.done():
@@ -324,6 +354,9 @@ class Batcher:
         # Still queued behind a batch that hangs: fail it now, within the deadline.
         if self._pending.get(batch.group) is batch:
             del self._pending[batch.group]
+        if batch.late is not None:
+            batch.late.cancel()
+            batch.late = None
         self._failed(batch, TimeoutError("Redis did not answer in time"), None)
 
     def _failed(self, batch: _Batch, exc: BaseException, started: float | None) -> None:
@@ -371,6 +404,8 @@ class Batcher:
         for batch in self._pending.values():
             if batch.timer is not None:
                 batch.timer.cancel()
+            if batch.late is not None:
+                batch.late.cancel()
             for op in batch.ops:
                 if op.future is not None and not op.future.done():
                     op.future.set_exception(StoreUnavailable("the store is closed"))
