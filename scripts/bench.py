@@ -78,7 +78,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-ON_B = "@B"  # a target name's suffix: run on --python-b
+ON_B = "@B"  # a target name's suffix: run on --python-b and from --tree-b
 PYTHON_B = [""]
 TREE_B = [ROOT]  # --tree-b: the checkout whose gateway package targets named <target>@B import
 
@@ -625,11 +625,11 @@ def measure(run: Running, tally: Tally, duration: float, connections: int) -> fl
     return result.rps
 
 
-def on_python_b(name: str) -> None:
+def add_twin_b(name: str) -> None:
     """Enter ``name`` (``<target>@B``) in TARGETS: ``<target>`` on --python-b, from --tree-b."""
     base = TARGETS.get(name.removesuffix(ON_B))
     if base is None or not (base.gw or base.launch is start_baseline):
-        raise SystemExit(f"{name}: only baseline and gateway targets run on --python-b")
+        raise SystemExit(f"{name}: only baseline and gateway targets have a twin on --python-b / --tree-b")
     if not PYTHON_B[0] and TREE_B[0] == ROOT:
         raise SystemExit(f"{name} needs --python-b or --tree-b")
     where = [f"on {PYTHON_B[0]}"] if PYTHON_B[0] else []
@@ -640,7 +640,7 @@ def on_python_b(name: str) -> None:
 def check_targets(names: list[str], lab: Lab) -> list[str]:
     for name in names:
         if name.endswith(ON_B):
-            on_python_b(name)
+            add_twin_b(name)
     unknown = [n for n in names if n not in TARGETS]
     if unknown:
         raise SystemExit(f"unknown targets {unknown}; known: {', '.join(TARGETS)}")

@@ -167,7 +167,6 @@ async def test_under_load_no_batch_is_sent_past_the_one_on_the_wire(redis_server
         for _ in range(20):
             await asyncio.gather(*(one(b"k%d" % i) for i in range(50)))
         batcher = store.batcher
-        print(f"{batcher.batches} batches, {batcher.operations} operations, {batcher.sent_past_late} sent past late")
         assert batcher.sent_past_late <= max(1, batcher.batches // 50)
         assert batcher.operations / batcher.batches > 10
     finally:

@@ -96,6 +96,11 @@ class _Batch:
         self.late: asyncio.TimerHandle | None = None  # sends it if the batch on the wire is late
         self.task: asyncio.Task[Any] | None = None
 
+    def stop_late(self) -> None:
+        if self.late is not None:
+            self.late.cancel()
+            self.late = None
+
 
 class Batcher:
     def __init__(
@@ -204,9 +209,7 @@ class Batcher:
         batch = self._pending.pop(group, None)
         if batch is None:
             return
-        if batch.late is not None:
-            batch.late.cancel()
-            batch.late = None
+        batch.stop_late()
         batch.sent = True
         self._in_flight[group] = self._in_flight.get(group, 0) + 1
         if not self.breaker.open:
@@ -354,9 +357,7 @@ class Batcher:
         # Still queued behind a batch that hangs: fail it now, within the deadline.
         if self._pending.get(batch.group) is batch:
             del self._pending[batch.group]
-        if batch.late is not None:
-            batch.late.cancel()
-            batch.late = None
+        batch.stop_late()
         self._failed(batch, TimeoutError("Redis did not answer in time"), None)
 
     def _failed(self, batch: _Batch, exc: BaseException, started: float | None) -> None:
@@ -404,8 +405,7 @@ class Batcher:
         for batch in self._pending.values():
             if batch.timer is not None:
                 batch.timer.cancel()
-            if batch.late is not None:
-                batch.late.cancel()
+            batch.stop_late()
             for op in batch.ops:
                 if op.future is not None and not op.future.done():
                     op.future.set_exception(StoreUnavailable("the store is closed"))
