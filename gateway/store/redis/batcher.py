@@ -93,7 +93,7 @@ class _Batch:
         self.sent = False
         self.timed_out = False
         self.timer: Deadline | None = None
-        self.late: asyncio.TimerHandle | None = None  # sends it if the batch on the wire is late
+        self.late: Deadline | None = None  # sends it if the batch on the wire is late
         self.task: asyncio.Task[Any] | None = None
 
     def stop_late(self) -> None:
@@ -189,7 +189,9 @@ class Batcher:
         if self._in_flight.get(group, 0) >= MAX_IN_FLIGHT:
             # sent when the reply of the one on the wire arrives, or when that reply is late
             if batch.late is None and self._in_flight[group] < MAX_ON_WIRE:
-                batch.late = self._running_loop().call_later(self.late_after(), self._send_past_late, batch)
+                # judged after the loop has read its sockets once more: a busy loop's own
+                # iteration is no late reply, and the reply may be waiting unread
+                batch.late = Deadline(self.late_after(), self._send_past_late, batch)
             return
         if group not in self._scheduled:
             self._scheduled[group] = self._running_loop().call_soon(self._flush, group)
