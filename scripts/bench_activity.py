@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import timeit
 
-from gateway.activity import Activity
-from gateway.config import load_config_text
+from gateway.metrics.activity import Activity
+from gateway.plan import load_config_text
 from gateway.store.memory import MemoryStore
 
 CONFIG = """

@@ -19,8 +19,8 @@ import random
 import timeit
 import tracemalloc
 
-from gateway.banlist import Ban, BanList, CidrSet, epoch_ms, net_key
-from gateway.realip import parse_addr
+from gateway.bans.table import Ban, BanList, CidrSet, epoch_ms, net_key
+from gateway.http.realip import parse_addr
 
 
 def mixed(count: int) -> list[str]:

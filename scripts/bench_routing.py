@@ -18,7 +18,7 @@ import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gateway.routing import LocationTable, parse_location
+from gateway.http.routing import LocationTable, parse_location
 from tests.test_routing import ReferenceTable, large_locations
 
 CASES = {

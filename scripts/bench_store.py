@@ -26,7 +26,7 @@ from bench import PROXY_CPU, ROOT, Lab, pin
 CHILD = """
 import asyncio, sys, time
 import uvloop
-from gateway.config import load_config_text
+from gateway.plan import load_config_text
 from gateway.config.schema import RedisSpec
 from gateway.store.redis import RedisStore
 

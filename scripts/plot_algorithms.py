@@ -19,8 +19,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.config import load_config_text
 from gateway.limits import nginx_req
+from gateway.plan import load_config_text
 from gateway.store.memory import MemoryStore
 
 T0 = 10**9  # a multiple of every window: clock-aligned windows start at t = 0

@@ -6,9 +6,9 @@ import json
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.accesslog import Fields, _Clock, _render_json, compile_template
-from gateway.config.logformat import PRESETS
-from gateway.realip import parse_addr
+from gateway.http.realip import parse_addr
+from gateway.logs.access import Fields, _Clock, _render_json, compile_template
+from gateway.logs.formats import PRESETS
 
 
 class _Version:

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway import admin_token
+from gateway.admin import token as admin_token
 from tests.helpers import Upstream, free_port
 from tests.helpers import cli as _cli
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import load_config_text
 from gateway.errors import ConfigErrors
+from gateway.plan import load_config_text
 
 
 def cfg(zone: str, use: str = "{zone: z}") -> str:

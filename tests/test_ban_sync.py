@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.ban_redis import RedisBans
-from gateway.banlist import Ban, BanList, epoch_ms
+from gateway.bans.redis import RedisBans
+from gateway.bans.table import Ban, BanList, epoch_ms
 from tests.ban_lists import mixed_blocklist
 from tests.helpers import free_port
 

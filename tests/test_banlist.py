@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from gateway.ban_policy import BanPolicy
-from gateway.banlist import Ban, BanList, CidrSet, canonical_target, net_key
-from gateway.blocklist import parse_blocklist
-from gateway.config import load_config_text
-from gateway.realip import parse_addr
+from gateway.bans.blocklist import parse_blocklist
+from gateway.bans.policy import BanPolicy
+from gateway.bans.table import Ban, BanList, CidrSet, canonical_target, net_key
+from gateway.http.realip import parse_addr
+from gateway.plan import load_config_text
 from tests.ban_lists import mixed_blocklist, samples
 
 

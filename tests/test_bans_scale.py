@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.ban_redis import RedisBans
-from gateway.banlist import Ban, BanList, epoch_ms
+from gateway.bans.redis import RedisBans
+from gateway.bans.table import Ban, BanList, epoch_ms
 from tests.ban_lists import FREE_V4, FREE_V6, mixed_blocklist, samples
 from tests.helpers import Upstream, cli, free_port
 
@@ -148,7 +148,7 @@ async def drop_ban_keys(url: str, prefix: str) -> None:
     """The session's redis-server is shared: leave it as light as we found it."""
     import redis.asyncio as aioredis
 
-    from gateway.ban_redis import companion_keys
+    from gateway.bans.redis import companion_keys
 
     key = f"{prefix}gateway:bans".encode()
     client = aioredis.Redis.from_url(url, socket_timeout=10)

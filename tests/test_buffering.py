@@ -19,8 +19,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.config import load_config_text
 from gateway.errors import ConfigErrors
+from gateway.plan import load_config_text
 from tests.helpers import Gateway, basic_config, free_port, pattern, temp_fds
 
 MiB = 1024**2

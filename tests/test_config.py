@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import load_config
 from gateway.config.units import parse_duration_ms, parse_rate, parse_size
 from gateway.errors import ConfigErrors
+from gateway.plan import load_config
 from tests.helpers import ROOT
 
 CASES = sorted((Path(__file__).parent / "config_cases").glob("*.yaml"))
@@ -115,9 +115,9 @@ def test_rates_nginx_rejects(bad):
 
 
 def test_log_templates_are_checked_and_every_variable_has_a_value():
-    from gateway.accesslog import _GETTERS
-    from gateway.config import load_config_text
-    from gateway.config.logformat import VARIABLES
+    from gateway.logs.access import _GETTERS
+    from gateway.logs.formats import VARIABLES
+    from gateway.plan import load_config_text
 
     assert set(_GETTERS) == VARIABLES  # what check accepts is exactly what the log can print
     base = "upstreams: {app: {servers: [127.0.0.1:9]}}\nroutes: [{location: /, upstream: app}]\n"

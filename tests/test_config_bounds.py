@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from gateway.config import load_config_text
 from gateway.config.compose import MAX_DEPTH, MAX_VALUES
 from gateway.config.source import MAX_ERRORS, MAX_FILE_BYTES, parse_yaml, read_document
 from gateway.config.units import MAX_RATE, parse_rate, parse_size
 from gateway.errors import ConfigErrors
+from gateway.plan import load_config_text
 from tests.helpers import ROOT
 
 BASE = "upstreams: {app: {servers: [127.0.0.1:9]}}\nroutes: [{location: /, upstream: app}]\n"

@@ -8,9 +8,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.config import load_config_text
 from gateway.config.schema import ROUTE_SETTING_KEYS, TOP_KEYS, UPSTREAM_KEYS, ZONE_KEYS
 from gateway.errors import ConfigErrors
+from gateway.plan import load_config_text
 
 scalars = st.one_of(
     st.none(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from gateway.edge.connections import ConnectionCaps, ConnectionLimiter
-from gateway.realip import NetworkSet, parse_addr
+from gateway.http.realip import NetworkSet, parse_addr
 
 
 class Conn:

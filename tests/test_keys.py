@@ -12,11 +12,11 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from gateway.config import load_config_text
-from gateway.context import RequestContext
 from gateway.errors import ConfigErrors
-from gateway.keys import DEFAULT_MAX_KEY, HASHED_MARK, compile_key, hashed_key, longest_key, parse_key
-from gateway.realip import parse_addr
+from gateway.http.context import RequestContext
+from gateway.http.keys import DEFAULT_MAX_KEY, HASHED_MARK, compile_key, hashed_key, longest_key, parse_key
+from gateway.http.realip import parse_addr
+from gateway.plan import load_config_text
 
 
 def context(client: str = "192.0.2.1", headers: dict[str, str] | None = None, target: str = "/") -> RequestContext:

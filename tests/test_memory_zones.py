@@ -7,7 +7,7 @@ import tracemalloc
 
 from gateway.config.schema import ZoneSpec
 from gateway.config.units import parse_rate
-from gateway.keys import parse_key
+from gateway.http.keys import parse_key
 from gateway.limits import nginx_req
 from gateway.store.memory import ENTRY_COST, ConnZone, CountZone, ReqZone
 

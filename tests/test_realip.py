@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.realip import RealIp, parse_addr
+from gateway.http.realip import RealIp, parse_addr
 
 
 def resolve(peer: str, xff: list[str] | None, trusted: list[str], recursive: bool, header="X-Forwarded-For") -> str:

@@ -14,10 +14,10 @@ import uuid
 import pytest
 import redis
 
-from gateway.config import load_config_text
 from gateway.config.schema import RedisSpec
 from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
+from gateway.plan import load_config_text
 from gateway.store.redis import RedisStore
 from tests.interop.openresty import Monitor
 

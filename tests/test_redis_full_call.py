@@ -10,9 +10,9 @@ from dataclasses import asdict
 
 import pytest
 
-from gateway.config import load_config_text
 from gateway.config.schema import RedisSpec
 from gateway.limits import nginx_req
+from gateway.plan import load_config_text
 from gateway.store.redis import RedisStore
 from tests.conformance.conftest import FakeClock
 

@@ -9,10 +9,10 @@ import uuid
 import pytest
 import redis
 
-from gateway.config import load_config_text
 from gateway.config.schema import RedisSpec
 from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
+from gateway.plan import load_config_text
 from gateway.store import redis as redis_store
 from gateway.store.redis import RedisStore
 
@@ -204,7 +204,7 @@ async def test_a_wrong_password_does_not_leak_connections(redis_server):
 
 
 async def test_expired_bans_are_deleted_only_if_unchanged(redis_server):
-    from gateway.bans import _DELETE_IF_UNCHANGED
+    from gateway.bans.local import _DELETE_IF_UNCHANGED
 
     client = redis.Redis(port=redis_server.port)
     client.hset("bans", mapping={"a": "old", "b": "old"})

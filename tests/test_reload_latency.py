@@ -21,11 +21,11 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.config import load_config_text
-from gateway.config.offloop import load_config_off_loop, release_off_loop
 from gateway.config.teardown import release
 from gateway.errors import ConfigErrors
-from gateway.plan import CompiledConfig
+from gateway.plan import load_config_text
+from gateway.plan.compiled import CompiledConfig
+from gateway.runtime.offloop import load_config_off_loop, release_off_loop
 from tests.helpers import Gateway, Upstream
 
 WORST_ALLOWED_S = 0.050  # on top of the machine's own noise; the aim is 10 ms, the margin is for CI

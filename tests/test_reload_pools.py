@@ -6,7 +6,7 @@ import asyncio
 
 from gateway.config.schema import ServerSpec, UpstreamSpec
 from gateway.proxy.upstream import UpstreamPool
-from gateway.server import _close_later
+from gateway.runtime.server import _close_later
 
 
 async def test_a_retired_pool_waits_for_its_last_user():

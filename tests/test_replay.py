@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.config import load_config_text
+from gateway.plan import load_config_text
 from gateway.replay.logread import Timing, line_parser, read_requests
 from gateway.replay.report import Report
 from gateway.replay.simulate import Outcome, Simulator, context_of

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.routing import BadURI, LocationTable, normalize_uri, parse_location
+from gateway.http.routing import BadURI, LocationTable, normalize_uri, parse_location
 
 
 def table(*locations: str) -> LocationTable[str]:

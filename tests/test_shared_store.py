@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.config import load_config_text
 from gateway.config.schema import ZoneSpec
 from gateway.config.units import parse_rate
 from gateway.errors import StoreUnavailable
-from gateway.keys import parse_key
+from gateway.http.keys import parse_key
+from gateway.plan import load_config_text
 from gateway.store.memory import MemoryStore
 from gateway.store.shared import SharedStoreClient, SharedStoreServer
 

@@ -13,8 +13,8 @@ import json
 import aiohttp
 import pytest
 
-from gateway import activity
-from gateway.activity import Activity, merge
+from gateway.metrics import activity
+from gateway.metrics.activity import Activity, merge
 from tests.cdp import Browser, find_chromium
 from tests.helpers import Upstream, cli, free_port
 

@@ -464,9 +464,9 @@ routes:
 
 
 def test_listen_forms_and_the_sni_table(ca: TestCA) -> None:
-    from gateway.config import load_config_text
     from gateway.config.servers import ListenSpec
     from gateway.errors import ConfigErrors
+    from gateway.plan import load_config_text
 
     default = ca.issue("default", "default.test")
     api = ca.issue("api", "*.api.test")

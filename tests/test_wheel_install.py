@@ -118,7 +118,7 @@ def test_the_wheel_holds_the_status_page(installed: Installed) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     files = sorted(p.name for p in (ROOT / "gateway" / "statuspage").iterdir() if p.suffix != ".py" and p.is_file())
     assert {"page.html", "page.js", "page.css", "favicon.svg"} <= set(files)
-    assert [f for f in files if f"gateway/statuspage/{f}" not in names] == []
+    assert [f for f in files if f"gateway/admin/statuspage/{f}" not in names] == []
     loaded = installed.run_code(
         "from gateway import statuspage; import sys; sys.stdout.write(statuspage.response('page.html').text)"
     )

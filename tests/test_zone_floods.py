@@ -16,10 +16,10 @@ import redis
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.config import load_config_text
-from gateway.context import RequestContext
+from gateway.http.context import RequestContext
+from gateway.http.realip import parse_addr
 from gateway.limits import nginx_req
-from gateway.realip import parse_addr
+from gateway.plan import load_config_text
 from gateway.store.memory import ENTRY_COST, MemoryStore
 from tests.helpers import Upstream, free_port
 

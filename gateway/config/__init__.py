@@ -1,34 +1,10 @@
-"""Configuration: YAML text -> Specs (validated, with locations) -> compiled plan."""
+"""Configuration: YAML text -> validated, frozen ``*Spec`` objects, with file:line:key errors.
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
+``source``/``compose``/``reader``: YAML with locations and bounds; ``schema``: the specs and
+the parsers of each section; ``units``: nginx's value syntaxes. Compiling specs into per-route
+plans is ``gateway.plan``'s job, not this package's.
+"""
 
 from gateway.config.schema import ConfigSpec, parse_config
-from gateway.config.source import parse_yaml, read_document
-from gateway.plan import CompiledConfig, compile_config
 
-if TYPE_CHECKING:
-    from gateway.overrides import Overrides
-
-__all__ = ["CompiledConfig", "ConfigSpec", "load_config", "load_config_text"]
-
-
-def load_config(path: str, overrides: Overrides | None = None, *, gradual_free: bool = False) -> CompiledConfig:
-    """Read, validate and compile a configuration file; raises ``ConfigErrors``.
-
-    ``gradual_free``: empty the parsed document piece by piece once used (a reload in a
-    worker thread: see ``offloop``), rather than dropping a big tree at once."""
-    document = read_document(path)
-    try:
-        spec = parse_config(document)
-    finally:
-        if gradual_free:
-            document.discard()
-    if overrides is not None:
-        spec = overrides.apply(spec)
-    return compile_config(spec)
-
-
-def load_config_text(text: str, file: str = "<text>") -> CompiledConfig:
-    return compile_config(parse_config(parse_yaml(text, file)))
+__all__ = ["ConfigSpec", "parse_config"]

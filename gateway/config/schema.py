@@ -14,10 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from gateway import pidfile
-from gateway.admin_guard import is_loopback_host
-from gateway.admin_token import valid_token
-from gateway.config.logformat import PRESETS, unknown_variables
+from gateway.config.paths import resolve as resolve_pid_path
 from gateway.config.reader import (
     Reader,
     as_bool,
@@ -36,13 +33,15 @@ from gateway.config.servers import ListenSpec, VirtualServerSpec, bound_addresse
 from gateway.config.source import Document
 from gateway.config.tls import TLS_KEYS, TlsSpec, parse_tls
 from gateway.config.units import PeriodRate, Rate, parse_period_rate, parse_rate
+from gateway.config.validate import is_loopback_host, valid_token
 from gateway.errors import ConfigErrors, KeyPath
-from gateway.keys import ADDRESS_VARIABLES, DEFAULT_MAX_KEY, MAX_MAX_KEY, MIN_MAX_KEY, KeyTemplate, parse_key
+from gateway.http.keys import ADDRESS_VARIABLES, DEFAULT_MAX_KEY, MAX_MAX_KEY, MIN_MAX_KEY, KeyTemplate, parse_key
+from gateway.http.realip import Network
+from gateway.http.routing import Location, parse_location
+from gateway.http.templates import ValueTemplate, parse_body_text, parse_value
 from gateway.limits.gcra import MAX_SPAN_NS as GCRA_MAX_SPAN_NS
 from gateway.limits.sliding_count import MAX_PRODUCT as SLIDING_MAX_PRODUCT
-from gateway.realip import Network
-from gateway.routing import Location, parse_location
-from gateway.valuetemplate import ValueTemplate, parse_body_text, parse_value
+from gateway.logs.formats import PRESETS, unknown_variables
 
 SLIDING_LOG_MAX = 100_000  # entries per key: the memory a key may cost stays bounded
 ZoneType = Literal["req", "count", "conn", "gcra", "sliding_log", "token"]
@@ -118,7 +117,7 @@ class EdgeSpec:
 class AdminSpec:
     listen: tuple[str, int] | None = ("127.0.0.1", 9180)
     token: str | None = None
-    token_file: str | None = None  # None: gateway.admin_token.default_token_path(port)
+    token_file: str | None = None  # None: gateway.admin.token.default_token_path(port)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,7 +291,7 @@ class ConfigSpec:
     bans: BansSpec
     store: StoreSpec
     temp_path: str | None = None  # request and response bodies that outgrow memory; None = the system's
-    pid: str | None = None  # the pid file's absolute path (gateway/pidfile.py); None: pid off
+    pid: str | None = None  # the pid file's absolute path (gateway/runtime/pidfile.py); None: pid off
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -481,7 +480,7 @@ def _pid(r: Reader, data: dict[str, Any], config_file: str) -> str | None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
         r.error(("pid",), "must be a file path, or off")
         return None
-    return pidfile.resolve(value, config_file)
+    return resolve_pid_path(value, config_file)
 
 
 def _workers(r: Reader, data: dict[str, Any]) -> int:
@@ -1249,7 +1248,7 @@ def _access(r: Reader, value: Any, path: KeyPath) -> AccessSpec:
 
 def _network_file(r: Reader, name: str, path: KeyPath) -> tuple[str, ...]:
     """The CIDRs of a blocklist-format file (relative to the configuration file); errors name file:line."""
-    from gateway.blocklist import MAX_ERRORS_SHOWN, read_blocklist
+    from gateway.bans.blocklist import MAX_ERRORS_SHOWN, read_blocklist
 
     if not os.path.isabs(name) and r.doc.file and not r.doc.file.startswith("<"):
         name = os.path.join(os.path.dirname(os.path.abspath(r.doc.file)), name)

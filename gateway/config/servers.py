@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.config.reader import Reader, as_bool
 from gateway.errors import KeyPath
+from gateway.http.vhosts import wildcard_of
 
 if TYPE_CHECKING:
     from gateway.config.tls import TlsSpec
@@ -169,7 +170,3 @@ def serves(bound: ListenSpec, entry: ListenSpec) -> bool:
     if bound.port != entry.port:
         return False
     return bound.host == entry.host or (bound.host in ("0.0.0.0", "::") and wildcard_of(entry.host) == bound.host)
-
-
-def wildcard_of(host: str) -> str:
-    return "::" if ":" in host else "0.0.0.0"

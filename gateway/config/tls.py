@@ -96,7 +96,7 @@ def parse_tls(r: Reader, data: dict[str, Any], path: KeyPath, parent: TlsSpec | 
         ciphers=ciphers or base.ciphers,
         session_tickets=base.session_tickets if tickets is None else tickets,
     )
-    # Protocols, ciphers and tickets act through the listener's context (gateway.tls), so an
+    # Protocols, ciphers and tickets act through the listener's context (gateway.edge.tls), so an
     # inherited certificate is not loaded again for them (nor reported twice when it failed).
     context = base.context
     if spec.certificate and spec.key and (own_pair or parent is None):

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway import errorlog
-from gateway.realip import ClientAddr, NetworkSet
+from gateway.http.realip import ClientAddr, NetworkSet
+from gateway.logs import error as errorlog
 
 EVICT_BATCH = 32  # nginx drains up to 32 reusable connections at a time
 

@@ -35,11 +35,12 @@ from aiohttp.http_exceptions import BadStatusLine, HttpProcessingError, LineTooL
 from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, _ErrInfo
 
-from gateway import errorlog, responses
 from gateway.edge import requestline
 from gateway.edge.connections import ConnectionCaps, ConnectionLimiter
-from gateway.escape import escape
-from gateway.realip import UNKNOWN, parse_addr
+from gateway.http import responses
+from gateway.http.realip import UNKNOWN, parse_addr
+from gateway.logs import error as errorlog
+from gateway.logs.escape import escape
 
 if TYPE_CHECKING:
     from aiohttp.web_request import BaseRequest

@@ -2,7 +2,7 @@
 
 These zones are used through a route's ``limits:`` list; their answers travel in
 ``Verdict.algo`` as plain tuples-of-ints friendly objects (the shared store
-marshals them), and ``gateway/limiting.py`` turns them into status variables,
+marshals them), and ``gateway/pipeline/limiting.py`` turns them into status variables,
 error log lines and RateLimit / Retry-After headers.
 """
 

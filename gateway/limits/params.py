@@ -2,7 +2,7 @@
 
 The embedded store decides with them, the worker-master protocol (gateway/store/shared.py)
 sends them field by field, and the Redis store turns them into its scripts' arguments. A
-route's plan (gateway/plan.py) extends each with what only the request path needs: the key
+route's plan (gateway/plan/compiled.py) extends each with what only the request path needs: the key
 function, the metrics slots, the texts of its headers. ``RouteLimits`` is the set of one route,
 as the master rebuilds it; a ``RoutePlan`` is one too (``gateway.store.base.LimitSet``).
 """
@@ -24,7 +24,7 @@ class ReqParams:
     zone: str
     rate_m: int  # milli-requests per second, nginx-truncated
     burst_m: int
-    delay_m: int  # NODELAY_M (gateway/plan.py) for nodelay
+    delay_m: int  # NODELAY_M (gateway/plan/compiled.py) for nodelay
     ban_ms: int = 0
 
 

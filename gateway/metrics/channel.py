@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway import errorlog
 from gateway.background import spawn
+from gateway.logs import error as errorlog
 
 STATS_ENV = "GATEWAY_STATS_SOCKET"
 ASK_TIMEOUT_S = 1.0

@@ -1,5 +1,5 @@
 """The Prometheus text format's content type (the configuration's own figures are
-``gateway.activity.ConfigInfo``, which the status page shows too)."""
+``gateway.metrics.activity.ConfigInfo``, which the status page shows too)."""
 
 from __future__ import annotations
 

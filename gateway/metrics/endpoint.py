@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway import errorlog
+from gateway.logs import error as errorlog
 from gateway.metrics import MetricsHub
 from gateway.metrics.config import CONTENT_TYPE
 

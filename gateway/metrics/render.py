@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gateway.activity import ConfigInfo
+from gateway.metrics.activity import ConfigInfo
 from gateway.metrics.stats import BUCKETS
 
 # family -> (help, label names); names of counters without their _total suffix are added below.

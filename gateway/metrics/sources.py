@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gateway.banlist import BanList
+from gateway.bans.table import BanList
 from gateway.clock import monotonic_ms
-from gateway.edge.connections import ConnectionLimiter
 from gateway.metrics.stats import Stats
-from gateway.proxy.upstream import Upstreams
+
+if TYPE_CHECKING:
+    from gateway.edge.connections import ConnectionLimiter
+    from gateway.proxy.upstream import Upstreams
 
 
 def register_gauges(

@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config.logformat import PRESETS, unknown_variables
 from gateway.config.servers import parse_server_name
+from gateway.http.templates import parse_value
+from gateway.logs.formats import PRESETS, unknown_variables
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.values import (
@@ -37,7 +38,6 @@ from gateway.nginxconf.values import (
     unsupported,
     zone_problem,
 )
-from gateway.valuetemplate import parse_value
 
 Doc = dict[str, Any]
 SSL_DIRECTIVES = ("ssl_certificate", "ssl_certificate_key", "ssl_protocols", "ssl_ciphers", "ssl_session_tickets")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config.units import parse_duration_ms, parse_rate, parse_size
-from gateway.keys import parse_key
+from gateway.http.keys import parse_key
 from gateway.nginxconf.parser import Directive
 
 Doc = dict[str, Any]

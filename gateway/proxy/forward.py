@@ -31,8 +31,9 @@ from collections.abc import AsyncIterator, Sequence
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from gateway import errorlog, responses
-from gateway.context import RequestContext
+from gateway.http import responses
+from gateway.http.context import RequestContext
+from gateway.logs import error as errorlog
 from gateway.metrics.stats import STATS
 from gateway.proxy.balancer import Peer
 from gateway.proxy.headers import request_head

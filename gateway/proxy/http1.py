@@ -30,7 +30,7 @@ from typing import Any
 
 import httptools
 
-from gateway import errorlog
+from gateway.logs import error as errorlog
 from gateway.proxy.spool import ResponseSpool
 
 MAX_HEADER_BYTES = 64 * 1024  # a larger response header is refused, like nginx's proxy_buffer_size

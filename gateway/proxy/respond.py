@@ -30,12 +30,12 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import HttpVersion, HttpVersion10, HttpVersion11
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.addheader import ADD_HEADER_STATUSES, AddedHeader
+from gateway.http.addheader import ADD_HEADER_STATUSES, AddedHeader
 
 if TYPE_CHECKING:
     from aiohttp.http_writer import StreamWriter
 
-    from gateway.context import RequestContext
+    from gateway.http.context import RequestContext
 
 _DATE, _SERVER, _CONNECTION = 1, 2, 4
 _SEEN = {b"date": _DATE, b"server": _SERVER, b"connection": _CONNECTION}
@@ -131,7 +131,7 @@ class Head:
         return frozenset(tokens - _DROPPED - {b""})
 
     def add(self, added: tuple[AddedHeader, ...], status: int, ctx: RequestContext) -> None:
-        """nginx's ``add_header`` (see gateway/addheader.py): appended, never replacing."""
+        """nginx's ``add_header`` (see gateway/http/addheader.py): appended, never replacing."""
         listed = status in ADD_HEADER_STATUSES
         for header in added:
             if listed or header.always:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.context import RequestContext
+from gateway.http.context import RequestContext
 from gateway.proxy.headers import SetFields
 
 _ESCAPED = frozenset(range(0x00, 0x21)) | frozenset(b"#%?") | frozenset(range(0x7F, 0x100))

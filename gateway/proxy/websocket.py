@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway import errorlog, responses
-from gateway.context import RequestContext
+from gateway.http import responses
+from gateway.http.context import RequestContext
+from gateway.logs import error as errorlog
 from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, exchange_failed, relay
 from gateway.proxy.headers import request_head, switch_response_headers
 from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure

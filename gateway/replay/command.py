@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from gateway.config import load_config
+from gateway.plan import load_config
 from gateway.replay.logread import Timing, line_parser, lines_of, open_log, read_requests
 from gateway.replay.report import Report
 from gateway.replay.simulate import Outcome, Simulator

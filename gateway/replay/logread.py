@@ -23,7 +23,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import IO
 
-from gateway.config.logformat import PRESETS, VARIABLE
+from gateway.logs.formats import PRESETS, VARIABLE
 
 REORDER_MS = 60_000
 MAX_LINE = 64 * 1024  # longer lines are skipped (counted as unparsed), never held whole

@@ -3,7 +3,7 @@
 The decisions are the gateway's own: ``LocationTable`` picks the route, the access
 rules apply (deny = 403, allow = exempt), and ``MemoryStore.decide`` runs the pure
 limit modules (``gateway/limits``) with zone sizes bounding memory, with a clock
-that reads the log's timestamps. The statuses follow ``gateway/limiting.py``.
+that reads the log's timestamps. The statuses follow ``gateway/pipeline/limiting.py``.
 
 The client address is the logged ``$remote_addr`` (already the real client behind
 trusted proxies). A delayed request takes its limit_conn slot when its delay ends,
@@ -22,13 +22,13 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.context import RequestContext
+from gateway.http.context import RequestContext
+from gateway.http.realip import UNKNOWN, parse_addr
+from gateway.http.routing import BadURI, normalize_uri
 from gateway.limits import nginx_req
 from gateway.limits.conn import ConnDecision
-from gateway.plan import CompiledConfig, RoutePlan
-from gateway.realip import UNKNOWN, parse_addr
+from gateway.plan.compiled import CompiledConfig, RoutePlan
 from gateway.replay.logread import LogRequest
-from gateway.routing import BadURI, normalize_uri
 from gateway.store.memory import MemoryStore
 
 PASSED, DELAYED, REJECTED = "PASSED", "DELAYED", "REJECTED"

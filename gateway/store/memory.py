@@ -14,7 +14,7 @@ memory as ``ENTRY_COST + len(key)`` bytes per key (``ENTRY_COST`` is measured by
   the request ("could not allocate node"), which lets a flood of long keys turn
   a full zone into 503s for every new client. Only a key that could not fit in
   an empty zone is an ERROR, and key extractors keep keys under ``max_key``
-  (``gateway/keys.py``), far below the smallest zone.
+  (``gateway/http/keys.py``), far below the smallest zone.
 
 Count zones drop expired windows the same way and evict by force until the new
 key fits. Conn zones never evict (they would drop in-flight counts): a full conn

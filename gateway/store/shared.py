@@ -33,8 +33,7 @@ import struct
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
-from gateway import errorlog
-from gateway.bans import Ban
+from gateway.bans.local import Ban
 from gateway.clock import Deadline
 from gateway.errors import StoreUnavailable
 from gateway.limits import conn as conn_logic
@@ -45,6 +44,7 @@ from gateway.limits.outcome import AlgoOutcome
 from gateway.limits.params import AlgoParams, ConnParams, CountParams, ReqParams, RouteLimits, field_names
 from gateway.limits.sliding_log import LogParams
 from gateway.limits.token import TokenParams
+from gateway.logs import error as errorlog
 from gateway.store.base import AlgoUse, LimitSet, Verdict
 from gateway.store.memory import MemoryStore
 

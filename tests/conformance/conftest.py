@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gateway.config import load_config_text
 from gateway.limits import nginx_req
-from gateway.plan import CompiledConfig, RoutePlan
+from gateway.plan import load_config_text
+from gateway.plan.compiled import CompiledConfig, RoutePlan
 from gateway.store.base import Store, Verdict
 from gateway.store.memory import MemoryStore
 

@@ -38,10 +38,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from gateway import errorlog
 from gateway.background import spawn
 from gateway.clock import Deadline
 from gateway.errors import StoreUnavailable
+from gateway.logs import error as errorlog
 from gateway.store import lua
 from gateway.store.redis.breaker import Breaker
 from gateway.store.redis.client import CALL_ERRORS, ERROR_REPLY, NO_SCRIPT, ScriptClient

@@ -17,8 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway import errorlog
 from gateway.background import spawn
+from gateway.logs import error as errorlog
 
 PROBE_EVERY_S = 0.1
 FAILURES_TO_OPEN = 2

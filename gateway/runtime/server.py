@@ -1,0 +1,356 @@
+"""One serving process: listeners, the pipeline, reload and graceful shutdown.
+
+Lifecycle:
+
+* start: compile the config, open upstream pools, bind every ``listen`` address
+  (with SO_REUSEPORT when several workers share a port);
+* SIGHUP (or ``reload()``): load the file again; on any error, log every problem
+  and keep serving the old configuration; bind the addresses a new ``listen``
+  adds (a failure is an error too: nothing changes); on success swap the plan in
+  one assignment, keeping unchanged upstream pools (and their idle connections),
+  then accept on the new listeners and stop the removed ones (``listeners.py``:
+  requests in flight there finish, keep-alive connections close after theirs).
+  A ``workers`` change needs the master (``supervisor.py``): a gateway started
+  with one worker runs without one, so the reload says it needs a restart;
+* SIGTERM / SIGINT: stop accepting, close idle keep-alive connections, let
+  in-flight requests finish up to ``shutdown_timeout``, then cancel the rest;
+* SIGUSR1: reopen log files, like ``nginx -s reopen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import signal
+import socket
+from typing import Any
+
+from aiohttp import web
+
+from gateway.admin.api import AdminApi, ReloadReply, serve_admin
+from gateway.background import spawn
+from gateway.bans.local import BanList, LocalBans, RedisBans, WorkerBans, run_expiry
+from gateway.clock import monotonic_ms
+from gateway.config.overrides import Overrides
+from gateway.config.servers import ListenSpec
+from gateway.edge import EdgeServer, edge_settings, set_server_tokens
+from gateway.edge.tls import TlsListener, TlsSite
+from gateway.errors import ConfigErrors
+from gateway.logs import error as errorlog
+from gateway.logs.access import AccessLog, LogSink, aiohttp_logger_class
+from gateway.metrics import MetricsHub, channel
+from gateway.metrics.activity import Activity, ConfigInfo, process_snapshot, retire_snapshot, worker_snapshots
+from gateway.metrics.channel import STATS_ENV, StatsClient
+from gateway.metrics.endpoint import serve_metrics
+from gateway.metrics.sources import register_gauges
+from gateway.metrics.stats import STATS
+from gateway.pipeline import Pipeline
+from gateway.pipeline.limiting import Limiter
+from gateway.plan.compiled import CompiledConfig
+from gateway.proxy.upstream import UpstreamPool, Upstreams
+from gateway.runtime.listeners import BACKLOG, BindFailed, Listeners, describe
+from gateway.runtime.node import open_bans
+from gateway.runtime.offloop import load_config_off_loop, release_off_loop
+from gateway.store import make_store
+from gateway.store.base import Store
+from gateway.store.inspect import MemoryZoneState, ZoneState
+from gateway.store.memory import MemoryStore
+
+log = errorlog.log
+GC_YOUNG_THRESHOLD = 2000  # allocations between two passes of the youngest generation (Python's: 700)
+
+
+class GatewayServer:
+    def __init__(
+        self, config_path: str, config: CompiledConfig, *, reuse_port: bool = False, overrides: Overrides | None = None
+    ) -> None:
+        self.config_path = config_path
+        self.overrides = overrides
+        self.config = config
+        self.reuse_port = reuse_port
+        self.upstreams = Upstreams()
+        self.sink = LogSink(config.spec.log.access)
+        self.access_log = AccessLog(config.spec.log.format, self.sink)
+        self.store = make_store(config.spec)
+        self.store.configure(config.spec.zones)
+        self.banlist = BanList()
+        self.bans: LocalBans | RedisBans | None = None
+        self.admin: AdminApi | None = None
+        self.serves_admin = not reuse_port  # with several workers, the master serves it
+        self.activity = Activity()  # what the status page shows (per process)
+        self.config_info = ConfigInfo(config_path)
+        limiter = Limiter(self.store, self.activity)
+        self.pipeline = Pipeline(config, self.upstreams, self.access_log, limiter, self.banlist)
+        self.runner: web.ServerRunner | None = None
+        self.edge: EdgeServer | None = None
+        self.listeners: Listeners | None = None
+        self.stopped = asyncio.Event()
+        self._expiry: asyncio.Task[Any] | None = None  # a worker's own sweep of ended bans
+        self._stopping = False
+        self.tls_listeners: dict[tuple[str, int], TlsListener] = {}  # by address, for reloads
+        # /metrics: this process's (one worker), or sent to the master (``workers: N``)
+        self.metrics = MetricsHub(self.config_info)
+        self.metrics_runner: web.AppRunner | None = None
+        stats_path = os.environ.get(STATS_ENV) if reuse_port else None
+        self.stats_client = StatsClient(stats_path) if stats_path else None
+        if self.stats_client is not None:  # the status page's counts go to the master the same way
+            channel.register("status", self.snapshot, worker_snapshots, retire_snapshot)
+        edge = lambda: self.edge.limiter if self.edge is not None else None
+        register_gauges(STATS, edge, self.banlist, self.store, self.upstreams)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.store.start()
+        if self.store.deliver_bans(WorkerBans(self.banlist).apply):  # a worker: the master pushes bans
+            self._expiry = spawn(run_expiry(self.banlist))
+        self.bans = open_bans(self.config.spec, self.store, self.banlist, follow=True)
+        if self.bans is not None:
+            await self.bans.start()
+        if self.serves_admin and self.bans is not None and self.config.spec.admin.listen is not None:
+            await self._start_admin()
+        if self.serves_admin and self.config.spec.metrics.listen is not None:
+            self.metrics_runner = await serve_metrics(self.config.spec.metrics.listen, self.metrics)
+        if self.stats_client is not None:
+            await self.stats_client.start()
+        self.upstreams.update(dict(self.config.spec.upstreams))
+        set_server_tokens(self.config.spec.edge.server_tokens)
+        self.edge = EdgeServer(
+            self.pipeline.handle,
+            edge_settings(self.config.spec),
+            handler_cancellation=True,
+            access_log_class=aiohttp_logger_class(lambda: self.access_log),
+            access_log=logging.getLogger("gateway.access"),
+            auto_decompress=False,
+            lingering_time=5.0,
+        )
+        self.runner = web.ServerRunner(self.edge, shutdown_timeout=self.config.spec.shutdown_timeout_ms / 1000)
+        await self.runner.setup()
+        self.listeners = Listeners(self.edge, self.reuse_port, self._make_site)
+        try:
+            fresh = self.listeners.prepare(self.config.spec.listen)
+        except BindFailed as exc:
+            raise OSError(str(exc)) from None
+        await self.listeners.commit(self.config.spec.listen, fresh)
+        for host, port in self.bound_addresses:
+            log.log(errorlog.NOTICE, "listening on %s:%s", host, port)
+        # What start-up built (modules, the compiled configuration) lives as long as the
+        # process: keep it out of the cyclic collector, whose first full pass over it would
+        # otherwise stall the serving loop for tens of milliseconds.
+        gc.freeze()
+        # No request leaves a reference cycle (tests/test_metrics.py checks it), so a
+        # young-generation pass finds only the objects of the requests in flight, and frees
+        # nothing. At Python's 700, 50 busy connections start one every ~60 requests (~3 us
+        # per request); at 2,000, one every ~2,000 requests.
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+    def _make_site(self, entry: ListenSpec, sock: socket.socket) -> web.SockSite:
+        """The site serving one bound ``listen`` entry: TLS when the entry has ``ssl``, with the
+        certificates of the configuration in force (a reload commits new sites after ``apply``)."""
+        assert self.runner is not None
+        shutdown_s = self.config.spec.shutdown_timeout_ms / 1000
+        if not entry.ssl:
+            return web.SockSite(self.runner, sock, backlog=BACKLOG, shutdown_timeout=shutdown_s)
+        table = self.config.tls.get(entry.address)
+        if table is None:
+            sock.close()
+            raise OSError(f"no certificate for {entry}")
+        listener = self.tls_listeners[entry.address] = TlsListener(table)
+        return TlsSite(self.runner, sock, listener, backlog=BACKLOG, shutdown_timeout=shutdown_s)
+
+    async def _start_admin(self) -> None:
+        assert self.bans is not None and self.config.spec.admin.listen is not None
+        self.admin = await serve_admin(
+            self.config.spec,
+            self.bans,
+            self.reload,
+            self.status,
+            config=lambda: self.config.spec,
+            serving=lambda: bool(self.bound_addresses) and not self._stopping,
+            activity=self.activity_status,
+            zone_state=self._zone_state(),
+            metrics=self.metrics.render,
+        )
+
+    def _zone_state(self) -> ZoneState | None:
+        if isinstance(self.store, MemoryStore):
+            return MemoryZoneState(self.store)
+        if self.config.spec.store.redis is not None:
+            from gateway.store.redis.inspect import RedisZoneState
+
+            return RedisZoneState(lambda: self.config.spec)
+        return None
+
+    def status(self) -> dict[str, Any]:
+        return node_status(self.config, self.store, self.banlist, self.bans)
+
+    def snapshot(self) -> dict[str, Any]:
+        """This process's part of ``GET /status/activity`` (a worker's answer to its master)."""
+        return process_snapshot(self.activity, self.upstreams.pools, self.store, monotonic_ms())
+
+    async def activity_status(self) -> dict[str, Any]:
+        body = self.snapshot()
+        body["config"] = self.config_info.view()
+        return body
+
+    @property
+    def bound_addresses(self) -> list[tuple[str, int]]:
+        if self.runner is None:
+            return []
+        return [(a[0], a[1]) for a in self.runner.addresses]
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        loop.add_signal_handler(signal.SIGINT, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, lambda: spawn(self.reload()))
+        loop.add_signal_handler(signal.SIGUSR1, self.reopen_logs)
+
+    def request_stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        log.log(
+            errorlog.NOTICE,
+            "shutting down gracefully (up to %ss for requests in flight)",
+            self.config.spec.shutdown_timeout_ms / 1000,
+        )
+        spawn(self.stop())
+
+    async def stop(self) -> None:
+        try:
+            if self.runner is not None:
+                await self.runner.cleanup()
+            if self.stats_client is not None:  # after the last request: its counts go to the master
+                await self.stats_client.close()
+            if self.metrics_runner is not None:
+                await self.metrics_runner.cleanup()
+            if self.admin is not None:
+                await self.admin.close()
+            if self.bans is not None:
+                await self.bans.close()
+            if self._expiry is not None:
+                self._expiry.cancel()
+            await self.upstreams.close()
+            await self.store.close()
+        finally:
+            self.sink.close()
+            self.stopped.set()
+
+    # -- reload ------------------------------------------------------------------------------
+    async def reload(self) -> ReloadReply:
+        """Load the config file again; returns (errors, notes): no errors means it is in force.
+
+        Parsing and compiling run in a worker thread; new listeners are bound before anything
+        changes (a bind failure keeps the running configuration); the swap (``apply``) runs on
+        the loop.
+        """
+        try:
+            fresh = await load_config_off_loop(self.config_path, self.overrides)
+        except ConfigErrors as exc:
+            for err in exc.errors:
+                log.error("reload failed, keeping the running configuration: %s", err)
+            await asyncio.to_thread(self.config_info.reloaded, False)  # reads the file: off the loop
+            return [str(e) for e in exc.errors], []
+        notes: list[str] = []
+        if fresh.spec.workers != self.config.spec.workers and not self.reuse_port:
+            note = (
+                f"workers: {_workers_text(self.config.spec.workers)} -> {_workers_text(fresh.spec.workers)} "
+                "needs a restart: this gateway was started with one worker and runs as a single process, "
+                "without a master to start workers (start it with workers >= 2 to change them on reload)"
+            )
+            log.warning("%s", note)
+            notes.append(note)
+        if fresh.spec.pid != self.config.spec.pid and not self.reuse_port:
+            notes.append(restart_note("pid"))
+            log.warning("%s", notes[-1])
+        bound: dict[object, object] = {}
+        if self.listeners is not None and fresh.spec.listen != self.listeners.entries:
+            try:
+                bound = dict(self.listeners.prepare(fresh.spec.listen))
+            except BindFailed as exc:
+                error = f"reload failed, keeping the running configuration and listeners: {exc}"
+                log.error("%s", error)
+                await asyncio.to_thread(self.config_info.reloaded, False)
+                return [error], notes
+        replaced: list[object] = [self.config]
+        self.apply(fresh)
+        if self.listeners is not None and (bound or fresh.spec.listen != self.listeners.entries):
+            added, removed = await self.listeners.commit(fresh.spec.listen, bound)  # type: ignore[arg-type]
+            for entry in added:
+                log.log(errorlog.NOTICE, "listening on %s", describe(entry))
+            for entry in removed:
+                log.log(errorlog.NOTICE, "stopped listening on %s", describe(entry))
+                if entry.ssl:
+                    self.tls_listeners.pop(entry.address, None)
+        log.log(errorlog.NOTICE, "configuration reloaded from %s", self.config_path)
+        del fresh
+        spawn(release_off_loop(replaced))  # freeing 2000 routes at once would hold the GIL for ms
+        await asyncio.to_thread(self.config_info.reloaded, True)  # reads the file: off the loop
+        return [], notes
+
+    def apply(self, fresh: CompiledConfig) -> None:
+        old = self.config.spec
+        new = fresh.spec
+        if new.metrics != old.metrics and self.serves_admin:
+            log.warning("metrics.listen changes take effect on restart, not on reload")
+        if self.edge is not None:
+            self.edge.configure(edge_settings(new))
+            set_server_tokens(new.edge.server_tokens)
+        for address, listener in self.tls_listeners.items():
+            table = fresh.tls.get(address)
+            if table is not None:  # new certificates for the next handshakes; live connections keep theirs
+                listener.update(table)
+        retired = self.upstreams.update(dict(new.upstreams))
+        self.store.configure(new.zones)
+        if new.log != old.log:
+            errorlog.configure(new.log.error, new.log.level)
+            if new.log.access != old.log.access:
+                self.sink.close()
+                self.sink = LogSink(new.log.access)
+            self.access_log = AccessLog(new.log.format, self.sink)
+            self.pipeline.access_log = self.access_log
+        self.config = fresh
+        self.pipeline.config = fresh
+        if retired:
+            spawn(_close_later(retired))
+
+    def reopen_logs(self) -> None:
+        self.sink.reopen()
+        errorlog.configure(self.config.spec.log.error, self.config.spec.log.level)
+
+
+async def _close_later(pools: list[UpstreamPool]) -> None:
+    """A reload retired these pools: close them once nothing uses them (long downloads and
+    WebSockets included); their idle keep-alive connections go at once."""
+    for pool in pools:
+        pool.connections.close()
+    while any(pool.in_flight for pool in pools):
+        await asyncio.sleep(1.0)
+    for pool in pools:
+        await pool.close()
+
+
+def node_status(
+    config: CompiledConfig, store: Store | None, banlist: BanList, bans: LocalBans | RedisBans | None = None
+) -> dict[str, Any]:
+    """What /status reports about this node's limits."""
+    status: dict[str, Any] = {
+        "store": store.kind if store is not None else "redis",  # None: a master of Redis-backed workers
+        "routes": len(config.routes),
+        "bans": len(banlist),
+    }
+    if bans is not None:
+        status["ban_list"] = bans.status()  # count, and when it was last known current
+    if store is not None:
+        status.update(store.status())
+    return status
+
+
+def restart_note(key: str) -> str:
+    return f"{key} changes take effect on restart, not on reload"
+
+
+def _workers_text(count: int) -> str:
+    return "auto" if count == 0 else str(count)
