@@ -16,8 +16,8 @@ import gc
 import tracemalloc
 from pathlib import Path
 
-from gateway.config.schema import ZoneSpec
 from gateway.config.units import parse_rate
+from gateway.config.zones import ZoneSpec
 from gateway.http.keys import parse_key
 from gateway.limits import nginx_req
 from gateway.store.memory import ENTRY_COST, ReqZone

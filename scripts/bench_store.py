@@ -27,7 +27,7 @@ CHILD = """
 import asyncio, sys, time
 import uvloop
 from gateway.plan import load_config_text
-from gateway.config.schema import RedisSpec
+from gateway.config.store import RedisSpec
 from gateway.store.redis import RedisStore
 
 CONFIG = '''

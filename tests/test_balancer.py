@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.config.schema import ServerSpec
+from gateway.config.upstreams import ServerSpec
 from gateway.proxy.balancer import Balancer
 
 

@@ -170,7 +170,7 @@ async def test_changes_made_during_a_long_read_are_not_lost(shared, redis_sessio
 
 
 async def test_the_ban_keys_share_one_slot_on_a_redis_cluster(redis_cluster):
-    from gateway.config.schema import RedisSpec
+    from gateway.config.store import RedisSpec
     from gateway.store.redis import connect
 
     spec = RedisSpec(cluster=tuple(redis_cluster.seed_urls))

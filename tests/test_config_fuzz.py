@@ -8,7 +8,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.config.schema import ROUTE_SETTING_KEYS, TOP_KEYS, UPSTREAM_KEYS, ZONE_KEYS
+from gateway.config.routes import ROUTE_SETTING_KEYS
+from gateway.config.schema import TOP_KEYS
+from gateway.config.upstreams import UPSTREAM_KEYS
+from gateway.config.zones import ZONE_KEYS
 from gateway.errors import ConfigErrors
 from gateway.plan import load_config_text
 

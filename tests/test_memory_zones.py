@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 import tracemalloc
 
-from gateway.config.schema import ZoneSpec
 from gateway.config.units import parse_rate
+from gateway.config.zones import ZoneSpec
 from gateway.http.keys import parse_key
 from gateway.limits import nginx_req
 from gateway.store.memory import ENTRY_COST, ConnZone, CountZone, ReqZone

@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 import pytest
 
-from gateway.config.schema import RedisSpec
+from gateway.config.store import RedisSpec
 from gateway.limits import nginx_req
 from gateway.plan import load_config_text
 from gateway.store.redis import RedisStore

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from gateway.config.schema import RedisSpec
+from gateway.config.store import RedisSpec
 from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
 from gateway.plan import load_config_text

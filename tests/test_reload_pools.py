@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.config.schema import ServerSpec, UpstreamSpec
+from gateway.config.upstreams import ServerSpec, UpstreamSpec
 from gateway.proxy.upstream import UpstreamPool
 from gateway.runtime.server import _close_later
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.config.schema import ZoneSpec
 from gateway.config.units import parse_rate
+from gateway.config.zones import ZoneSpec
 from gateway.errors import StoreUnavailable
 from gateway.http.keys import parse_key
 from gateway.plan import load_config_text

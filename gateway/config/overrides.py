@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from gateway.config.reader import host_port
-from gateway.config.schema import ConfigSpec, ServerSpec, UpstreamSpec
+from gateway.config.schema import ConfigSpec
 from gateway.config.servers import ListenSpec
+from gateway.config.upstreams import ServerSpec, UpstreamSpec
 from gateway.errors import ConfigError, ConfigErrors
 
 

@@ -18,16 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.bans.table import CidrSet, net_key
-from gateway.config.schema import (
-    ALGO_TYPES,
-    ConfigSpec,
-    LimitReqSpec,
-    LimitUseSpec,
-    ReturnSpec,
-    RouteSettings,
-    RouteSpec,
-    ZoneSpec,
-)
+from gateway.config.limits import LimitReqSpec, LimitUseSpec
+from gateway.config.routes import ReturnSpec, RouteSettings, RouteSpec
+from gateway.config.schema import ConfigSpec
+from gateway.config.zones import ALGO_TYPES, ZoneSpec
 from gateway.edge.tls import SniTable, sni_tables
 from gateway.http.addheader import AddedHeader
 from gateway.http.keys import KeyFn, compile_key

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.config.schema import ServerSpec
+from gateway.config.upstreams import ServerSpec
 
 
 @dataclass(slots=True)

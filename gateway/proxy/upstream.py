@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from gateway.clock import monotonic_ms
-from gateway.config.schema import UpstreamSpec
+from gateway.config.upstreams import UpstreamSpec
 from gateway.proxy.balancer import Balancer
 from gateway.proxy.http1 import UpstreamConnections
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.config.schema import ZoneSpec
+from gateway.config.zones import ZoneSpec
 from gateway.limits.conn import ConnDecision
 from gateway.limits.nginx_req import ReqDecision
 from gateway.limits.outcome import AlgoOutcome

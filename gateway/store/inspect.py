@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gateway.config.schema import ZoneSpec
+from gateway.config.zones import ZoneSpec
 from gateway.http.keys import key_from_text
 from gateway.limits import count as count_logic
 from gateway.limits import gcra, nginx_req, sliding_count

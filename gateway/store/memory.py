@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gateway.clock import monotonic_ms
-from gateway.config.schema import ZoneSpec
+from gateway.config.zones import ZoneSpec
 from gateway.limits import conn as conn_logic
 from gateway.limits import count as count_logic
 from gateway.limits import gcra, nginx_req, sliding_count, sliding_log, token

@@ -38,7 +38,7 @@ async def _memory(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
 
 
 async def _redis(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
-    from gateway.config.schema import RedisSpec
+    from gateway.config.store import RedisSpec
     from gateway.store.redis import RedisStore
 
     server = request.getfixturevalue("redis_session")
@@ -57,7 +57,7 @@ async def _redis_general(clock: FakeClock, request: Any) -> AsyncIterator[Store]
 
 
 async def _redis_cluster(clock: FakeClock, request: Any) -> AsyncIterator[Store]:
-    from gateway.config.schema import RedisSpec
+    from gateway.config.store import RedisSpec
     from gateway.store.redis import RedisStore
 
     cluster = request.getfixturevalue("redis_cluster")

@@ -25,7 +25,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from gateway.config.schema import RedisSpec
+from gateway.config.store import RedisSpec
 from gateway.store.resp import NoScript, RespClient, RespError, encode_keys
 
 # What a failed call raises, whichever library made it.

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.clock import epoch_ms
-from gateway.config.schema import ConfigSpec, ZoneSpec
+from gateway.config.schema import ConfigSpec
+from gateway.config.zones import ZoneSpec
 from gateway.store.inspect import UnknownZone, store_key
 
 TIMEOUT_S = 2.0

@@ -34,7 +34,8 @@ from typing import Any
 
 from gateway.background import spawn
 from gateway.clock import epoch_ms
-from gateway.config.schema import RedisSpec, ZoneSpec
+from gateway.config.store import RedisSpec
+from gateway.config.zones import ZoneSpec
 from gateway.errors import StoreUnavailable
 from gateway.limits import conn as limit_conn
 from gateway.limits import nginx_req

@@ -1,0 +1,78 @@
+"""The top-level client-connection settings (nginx's names and defaults): ``worker_connections``,
+``client_header_timeout``, ``keepalive_timeout``, ``send_timeout``, ``max_connections_per_ip``,
+``large_client_header_buffers`` and ``server_tokens``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.config.reader import Reader, as_bool, duration_ms, int_in, positive_duration_ms, size
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeSpec:
+    """How the gateway treats client connections (nginx's names and defaults)."""
+
+    worker_connections: int = 10240
+    client_header_timeout_ms: int = 60_000
+    keepalive_timeout_ms: int = 75_000  # 0: no keep-alive
+    send_timeout_ms: int = 60_000
+    max_connections_per_ip: int = 256  # 0: no cap (beyond nginx)
+    header_buffers: int = 4  # large_client_header_buffers 4 8k
+    header_buffer_size: int = 8192
+    server_tokens: bool = False
+
+
+EDGE_KEYS = (
+    "worker_connections",
+    "client_header_timeout",
+    "keepalive_timeout",
+    "send_timeout",
+    "max_connections_per_ip",
+    "large_client_header_buffers",
+    "server_tokens",
+)
+
+
+def parse_edge(r: Reader, data: dict[str, Any]) -> EdgeSpec:
+    d = EdgeSpec()
+    buffers, buffer_size = d.header_buffers, d.header_buffer_size
+    if "large_client_header_buffers" in data:
+        parsed = r.field(data, "large_client_header_buffers", (), _header_buffers)
+        if parsed is not None:
+            buffers, buffer_size = parsed
+    return EdgeSpec(
+        worker_connections=r.field(
+            data, "worker_connections", (), int_in(16, 1_000_000, "worker_connections"), d.worker_connections
+        )
+        or d.worker_connections,
+        client_header_timeout_ms=r.field(
+            data, "client_header_timeout", (), positive_duration_ms, d.client_header_timeout_ms
+        )
+        or d.client_header_timeout_ms,
+        keepalive_timeout_ms=r.field(data, "keepalive_timeout", (), duration_ms, d.keepalive_timeout_ms) or 0,
+        send_timeout_ms=r.field(data, "send_timeout", (), positive_duration_ms, d.send_timeout_ms) or d.send_timeout_ms,
+        max_connections_per_ip=r.field(
+            data, "max_connections_per_ip", (), int_in(0, 1_000_000, "max_connections_per_ip"), 256
+        )
+        or 0,
+        header_buffers=buffers,
+        header_buffer_size=buffer_size,
+        server_tokens=bool(r.field(data, "server_tokens", (), as_bool, False)),
+    )
+
+
+def _header_buffers(value: Any) -> tuple[int, int]:
+    """nginx's ``large_client_header_buffers number size``, e.g. ``4 8k``."""
+    parts = str(value).split() if isinstance(value, str) else []
+    if len(parts) != 2 or not parts[0].isdigit():
+        raise ValueError(f'expected "<number> <size>" such as "4 8k", got {value!r}')
+    number = int(parts[0])
+    buffer_size = size(parts[1])
+    if not 1 <= number <= 64:
+        raise ValueError(f"invalid number of buffers {number}: must be between 1 and 64")
+    if not 1024 <= buffer_size <= 1024 * 1024:
+        raise ValueError(f"invalid buffer size {parts[1]}: must be between 1k and 1m")
+    return number, buffer_size
