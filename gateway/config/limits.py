@@ -135,11 +135,13 @@ def no_zone_twice(r: Reader, data: dict[str, Any], path: KeyPath) -> None:
     """A zone in ``limits:`` and in a ``limit_*`` list of the same route would be charged twice."""
     named = set()
     for kind in ("limit_req", "limit_count", "limit_conn"):
-        for item in data.get(kind) or ():
+        items = data.get(kind)
+        for item in items if isinstance(items, list) else ():  # not a list: its own parser says so
             if isinstance(item, dict) and isinstance(item.get("zone"), str):
                 named.add(item["zone"])
-    for i, item in enumerate(data["limits"]):
-        if isinstance(item, dict) and item.get("zone") in named:
+    limits = data["limits"]
+    for i, item in enumerate(limits if isinstance(limits, list) else ()):
+        if isinstance(item, dict) and isinstance(item.get("zone"), str) and item["zone"] in named:
             r.error(path + ("limits", i, "zone"), f'zone "{item["zone"]}" is also in a limit_* list of this route')
 
 
