@@ -320,6 +320,8 @@ def _status_for(exc: BaseException | None, status: int) -> int:
         return exc.code
     if isinstance(exc, BadStatusLine) and "Invalid HTTP version" in str(exc):
         return 505
+    if isinstance(exc, HttpProcessingError) and "`Transfer-Encoding`" in (exc.message or ""):
+        return 501  # a coding other than chunked (llhttp refuses it): nginx's "unknown Transfer-Encoding"
     return status
 
 
