@@ -79,6 +79,9 @@ class EdgeServer(web.Server):
             keepalive_timeout=settings.keepalive_timeout_s,
             max_line_size=settings.header_buffer_size,
             max_field_size=settings.header_buffer_size,
+            # nginx counts no headers, only their bytes (the buffers, checked in _adjust); the
+            # parser's own count only bounds what one connection holds before that check.
+            max_headers=max(128, settings.header_buffer_size * settings.header_buffers // 64),
             **self._kwargs,
         )
 

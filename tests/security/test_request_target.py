@@ -132,3 +132,18 @@ def test_a_transfer_coding_other_than_chunked_gets_501(gw, raw_upstream, coding,
     assert status(response) == expected, response[:200]
     if expected != 200:
         assert raw_upstream.heads == []
+
+
+def test_many_headers_within_nginxs_default_buffers_pass(gw, raw_upstream):
+    """200 headers, 20 kB in all: within large_client_header_buffers 4 8k, as nginx takes them."""
+    fields = b"".join(b"X-Field-%03d: " % i + b"v" * 84 + b"\r\n" for i in range(200))
+    response = exchange(gw.port, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n" + fields + b"\r\n")
+    assert status(response) == 200
+    assert len(raw_upstream.heads) == 1
+
+
+def test_a_header_over_the_four_buffers_is_refused(gw, raw_upstream):
+    fields = b"".join(b"X-Field-%03d: " % i + b"v" * 200 + b"\r\n" for i in range(200))  # 42 kB > 32 kB
+    response = exchange(gw.port, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n" + fields + b"\r\n")
+    assert status(response) in (400, 431)
+    assert raw_upstream.heads == []
