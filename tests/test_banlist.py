@@ -95,8 +95,16 @@ def test_the_fast_canonical_form_is_the_one_ipaddress_gives():
         else:
             groups = [rng.choice([0, 0, 0, rng.getrandbits(16)]) for _ in range(8)]
             cases.append(":".join(f"{g:x}" for g in groups) + f"/{rng.randint(0, 128)}")
+    mapped = ipaddress.IPv6Network("::ffff:0:0/96")
+
+    def oracle(text: str) -> str:  # ipaddress's form; a mapped IPv6 network is the IPv4 one it maps
+        net = ipaddress.ip_network(text.strip(), strict=False)
+        if net.version == 6 and net.prefixlen >= 96 and net.subnet_of(mapped):
+            return f"{ipaddress.IPv4Address(int(net.network_address) & 0xFFFFFFFF)}/{net.prefixlen - 96}"
+        return str(net)
+
     for text in cases:
-        assert canonical_target(text) == str(ipaddress.ip_network(text.strip(), strict=False)), text
+        assert canonical_target(text) == oracle(text), text
 
 
 @pytest.mark.parametrize(

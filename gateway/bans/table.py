@@ -96,12 +96,16 @@ def net_key(target: str) -> tuple[int, int, int]:
     return version, plen, int.from_bytes(raw, "big") & _MASKS[(version, plen)]
 
 
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
 def canonical_target(text: str) -> str:
     """``1.2.3.4`` -> ``1.2.3.4/32``; raises ValueError for anything that is not an address or CIDR.
 
     The common forms take a fast path (inet_pton/inet_ntop, about 30 times cheaper than
     ``ipaddress``, which matters for a 100,000-line blocklist); anything unusual (an IPv6
-    address with an embedded IPv4 part, a prefix mask) goes through ``ipaddress``.
+    address with an embedded IPv4 part, a prefix mask) goes through ``ipaddress``. An
+    IPv4-mapped IPv6 target (``::ffff:203.0.113.9``) is the IPv4 network it maps.
     """
     stripped = text.strip()
     try:
@@ -112,9 +116,15 @@ def canonical_target(text: str) -> str:
     except ValueError:
         pass
     try:
-        return str(ipaddress.ip_network(stripped, strict=False))
+        network = ipaddress.ip_network(stripped, strict=False)
     except ValueError:
         raise ValueError(f"not an IP address or CIDR: {stripped[:64]!r}") from None
+    if isinstance(network, ipaddress.IPv6Network) and network.prefixlen >= 96 and network.subnet_of(_MAPPED):
+        # ::ffff:a.b.c.d is how an IPv6 socket names an IPv4 client: the ban is on that IPv4 network
+        # (and the width policy sees ::ffff:0.0.0.0/96 for what it is, all of IPv4).
+        v4 = ipaddress.IPv4Address(int(network.network_address) & 0xFFFFFFFF)
+        return f"{v4}/{network.prefixlen - 96}"
+    return str(network)
 
 
 def overlaps(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:

@@ -8,8 +8,10 @@ Keys, at the top level and in a server block (a server's own key wins over the t
   client's SNI name (exact, ``*.example.com``, ``www.example.*``, as ``server_name``);
 * ``ssl_protocols``: nginx's names, a list or a space-separated text (default
   ``TLSv1.2 TLSv1.3``); Python's ``ssl`` sets a range, so the names must be contiguous;
-* ``ssl_ciphers``: an OpenSSL cipher string for TLS 1.2 and below (default nginx's
-  ``HIGH:!aNULL:!MD5``); ``ssl_session_tickets`` (default on).
+* ``ssl_ciphers``: an OpenSSL cipher string for TLS 1.2 and below (default: Mozilla's
+  "intermediate" profile, ECDHE with AEAD suites only; nginx's own default,
+  ``HIGH:!aNULL:!MD5``, still offers CBC suites and RSA key exchange);
+  ``ssl_session_tickets`` (default on).
 
 Certificates are read when the configuration loads (``gateway check`` and every reload),
 so a missing file, a key that does not match or a broken PEM is an error naming the key.
@@ -37,7 +39,12 @@ TLS_KEYS = (
     "ssl_session_tickets",
 )
 DEFAULT_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
-DEFAULT_CIPHERS = "HIGH:!aNULL:!MD5"
+# Mozilla's "intermediate" profile without the DHE suites (they need ssl_dhparam): ECDHE key
+# exchange and AEAD ciphers only. TLS 1.3 suites are OpenSSL's, all AEAD.
+DEFAULT_CIPHERS = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:"
+    "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
+)
 _VERSIONS = {
     "TLSv1": ssl.TLSVersion.TLSv1,
     "TLSv1.1": ssl.TLSVersion.TLSv1_1,

@@ -79,6 +79,9 @@ class EdgeServer(web.Server):
             keepalive_timeout=settings.keepalive_timeout_s,
             max_line_size=settings.header_buffer_size,
             max_field_size=settings.header_buffer_size,
+            # nginx counts no headers, only their bytes (the buffers, checked in _adjust); the
+            # parser's own count only bounds what one connection holds before that check.
+            max_headers=max(128, settings.header_buffer_size * settings.header_buffers // 64),
             **self._kwargs,
         )
 
@@ -320,6 +323,8 @@ def _status_for(exc: BaseException | None, status: int) -> int:
         return exc.code
     if isinstance(exc, BadStatusLine) and "Invalid HTTP version" in str(exc):
         return 505
+    if isinstance(exc, HttpProcessingError) and "`Transfer-Encoding`" in (exc.message or ""):
+        return 501  # a coding other than chunked (llhttp refuses it): nginx's "unknown Transfer-Encoding"
     return status
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 class RequestContext:
     __slots__ = (
+        "authority",
         "body_bytes_sent",
         "client",
         "extra",
@@ -74,6 +75,7 @@ class RequestContext:
             rest = message.path[cut:]
             self.raw_target = rest if rest.startswith("/") else "/" + rest
             self.upstream_host = authority
+        self.authority = authority  # the Host header, or an absolute-form target's authority
         query_at = self.raw_target.find("?")
         self.raw_query: str = self.raw_target[query_at + 1 :] if query_at >= 0 else ""
         self.uri: str = ""

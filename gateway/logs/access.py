@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from aiohttp.abc import AbstractAccessLogger
 
 from gateway.logs import error as errorlog
-from gateway.logs.escape import NEEDS_ESCAPE, escape
+from gateway.logs.escape import NEEDS_ESCAPE, escape, escape_word
 from gateway.logs.formats import PRESETS, VARIABLE
 from gateway.metrics.stats import STATS
 
@@ -103,9 +103,10 @@ def _remote_user(f: Fields) -> str:
     if auth[:6].lower() != "basic ":
         return ""
     try:
-        return base64.b64decode(auth[6:].strip(), validate=True).decode("latin-1").split(":", 1)[0]
-    except (ValueError, UnicodeDecodeError):
+        user = base64.b64decode(auth[6:].strip(), validate=True).split(b":", 1)[0]
+    except ValueError:
         return ""
+    return user.decode("utf-8", "surrogateescape")  # bytes as sent: escape() writes them back as \xHH
 
 
 def _status(f: Fields) -> str:
@@ -177,6 +178,8 @@ _GETTERS: dict[str, Callable[[Fields], str]] = {
 _VAR = VARIABLE
 
 
+# Values the presets print unquoted: a space in them is escaped too (escape_word).
+_UNQUOTED = frozenset({"remote_user"})
 # Values that cannot contain a quote, a backslash or a control byte: printed as they are.
 _SAFE = frozenset(
     {"remote_addr", "realip_remote_addr", "time_local", "time_iso8601", "msec", "status", "body_bytes_sent",
@@ -207,32 +210,32 @@ def getter(name: str) -> Callable[[Fields], str]:
 
 def compile_template(template: str) -> Callable[[Fields], str]:
     """A template becomes a list of literals and pre-bound getters, rendered without lookups."""
-    parts: list[tuple[str, Callable[[Fields], str] | None, bool]] = []
+    parts: list[tuple[str, Callable[[Fields], str] | None, bool, Callable[[str], str]]] = []
     pos = 0
     for match in _VAR.finditer(template):
         if match.start() > pos:
-            parts.append((template[pos : match.start()], None, True))
+            parts.append((template[pos : match.start()], None, True, escape))
         name = match.group(1) or match.group(2)
-        parts.append(("", getter(name), name in _SAFE))
+        parts.append(("", getter(name), name in _SAFE, escape_word if name in _UNQUOTED else escape))
         pos = match.end()
     if pos < len(template):
-        parts.append((template[pos:], None, True))
+        parts.append((template[pos:], None, True, escape))
     frozen = tuple(parts)
     needs_escape = NEEDS_ESCAPE.search
 
     def render(fields: Fields) -> str:
         out = []
-        for literal, get, safe in frozen:
+        for literal, get, safe, escaped in frozen:
             if get is None:
                 out.append(literal)
                 continue
             value = get(fields)
             if not value:
                 out.append("-")
-            elif safe or needs_escape(value) is None:
+            elif safe or (needs_escape(value) is None and escaped is escape):
                 out.append(value)
             else:
-                out.append(escape(value))
+                out.append(escaped(value))
         return "".join(out)
 
     return render
@@ -242,10 +245,24 @@ _JSON_TEXT = tuple((name, getter(name)) for name in JSON_FIELDS if name not in (
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
+def _json_text(value: str) -> str:
+    """A value the JSON line can hold: bytes that were not UTF-8 (surrogate escapes) become ``\\xHH``.
+
+    The encoder escapes quotes, backslashes and control characters; a lone surrogate would
+    make the line unwritable as UTF-8, and with it the whole batch it was flushed in."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return value
+
+
 def _render_json(fields: Fields) -> str:
     status = _status(fields)
     sent = _body_bytes(fields)
-    record: dict[str, Any] = {name: get(fields) for name, get in _JSON_TEXT}
+    record: dict[str, Any] = {name: _json_text(get(fields)) for name, get in _JSON_TEXT}
     record["status"] = int(status) if status.isdigit() else status
     record["body_bytes_sent"] = int(sent) if sent.isdigit() else sent
     record["request_time"] = round(fields.elapsed, 3)
@@ -294,7 +311,12 @@ class LogSink:
         data = "\n".join(self._buffer) + "\n"
         self._buffer.clear()
         try:
-            self._stream.write(data)
+            try:
+                self._stream.write(data)
+            except UnicodeEncodeError:
+                # Every format escapes what it renders; a line that still cannot be written as
+                # UTF-8 is written escaped, and never takes the rest of the batch with it.
+                self._stream.write(data.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
             self._stream.flush()
         except (OSError, ValueError):
             pass

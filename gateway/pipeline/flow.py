@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http import HttpVersion11
 from multidict import CIMultiDict
 
 from gateway.bans.local import Ban, BanList, epoch_ms
@@ -27,6 +28,7 @@ from gateway.http.context import RequestContext
 from gateway.http.realip import UNKNOWN, parse_addr
 from gateway.http.returns import answer_return
 from gateway.http.routing import BadURI, normalize_uri
+from gateway.http.validate import request_problem
 from gateway.logs import error as errorlog
 from gateway.logs.access import CTX_KEY, AccessLog
 from gateway.metrics.stats import BANNED, STATS
@@ -88,6 +90,14 @@ class Pipeline:
         refused = unsupported_version(request) or (400 if ctx.method == "CONNECT" else 0)
         if refused:  # HTTP/0.9, HTTP/2.0 and up; CONNECT: never an open proxy
             response = responses.error(refused, accept)
+            response.force_close()
+            return response
+        refused, reason = request_problem(
+            ctx.request_target, ctx.authority, request.headers, ctx.version == HttpVersion11
+        )
+        if refused:  # a fragment in the target, a host nginx refuses, a transfer coding other than chunked
+            errorlog.request_event("info", ctx, reason)
+            response = responses.error(refused, accept, reason)
             response.force_close()
             return response
         # 1. real client address
