@@ -1,15 +1,15 @@
 """Write a synthetic access log in nginx's ``combined`` format, to try ``gateway replay`` on.
 
-    python3 scripts/sample_access_log.py --lines 1000000 -o /tmp/access.log [--gzip]
+    python3 scripts/sample_access_log.py --lines 1000000 -o /tmp/access.log [--gzip] [--format gateway]
 
 The log covers ``--lines / --rate`` seconds. One scraper (203.0.113.7) sends a tenth of
 the requests, well over ``conf/limits.yaml``'s 10r/s per client, so the replay report
 has rejected and delayed requests to show; the rest come from ``--clients`` IPv4
 addresses, one in fifty of them sending ten times as often as the others.
 ``--format gateway`` adds the gateway's own fields (``rt=$request_time`` and the
-upstream and limit fields), as ``log.format: gateway`` writes them. Paths are under ``/api/`` (the route of
-``conf/limits.yaml`` with limit_req, limit_count and limit_conn) and ``/``. The
-output is the same for the same arguments (a fixed random seed).
+upstream and limit fields), as ``log.format: gateway`` writes them. Paths are under
+``/api/`` (the route of ``conf/limits.yaml`` with limit_req, limit_count and
+limit_conn) and ``/``. The output is the same for the same arguments (a fixed seed).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.output == "-":
         out = sys.stdout
     elif args.gzip:
-        out = gzip.open(args.output, "wt", encoding="ascii", compresslevel=6)
+        out = gzip.open(args.output, "wt", encoding="ascii", compresslevel=6)  # noqa: SIM115 - closed below
     else:
         out = open(args.output, "w", encoding="ascii")  # noqa: SIM115 - closed below
     try:

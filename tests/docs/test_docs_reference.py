@@ -13,6 +13,7 @@ their per-use keys are chosen by type inside one call site, so their tables (``Z
 from __future__ import annotations
 
 import ast
+import contextlib
 import datetime
 import re
 import sys
@@ -56,9 +57,7 @@ def _write_certificate(directory: Path) -> tuple[Path, Path]:
     cert_path, key_path = directory / "site.crt", directory / "site.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return cert_path, key_path
 
@@ -84,8 +83,9 @@ def _every_section(tmp: Path) -> str:
     uses = ", ".join(
         f"{{zone: z_{ztype}, max: 5}}" if ztype == "conn" else f"{{zone: z_{ztype}}}" for ztype in ZONE_KEYS
     )
-    return textwrap.dedent(
-        f"""\
+    return (
+        textwrap.dedent(
+            f"""\
         listen: [{{address: 127.0.0.1:8443, ssl: true}}, 127.0.0.1:8080]
         ssl_certificate: {cert}
         ssl_certificate_key: {key}
@@ -106,8 +106,10 @@ def _every_section(tmp: Path) -> str:
             tls_ca: {cert}
         zones:
         """
-    ) + zones + textwrap.dedent(
-        f"""
+        )
+        + zones
+        + textwrap.dedent(
+            f"""
         defaults:
           limit_req_status: 429
         servers:
@@ -125,6 +127,7 @@ def _every_section(tmp: Path) -> str:
               - location: = /old
                 return: {{code: 301, url: "https://example.com/"}}
         """
+        )
     )
 
 
@@ -156,10 +159,8 @@ def accepted_keys(tmp: Path) -> dict[str, set[str]]:
 
     Reader.mapping = recording  # type: ignore[method-assign]
     try:
-        try:
+        with contextlib.suppress(ConfigErrors):  # the sample need not be valid: the parsers ran
             parse_config(parse_yaml(_every_section(tmp), str(tmp / "every.yaml")))
-        except ConfigErrors:
-            pass  # the sample need not be valid: the parsers ran and were recorded
     finally:
         Reader.mapping = original  # type: ignore[method-assign]
 
