@@ -43,7 +43,7 @@ import yaml
 from tests.helpers import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))) if p.exists()]
 MARKER = re.compile(r"^<!-- docs-test (\{.*\}) -->\s*$")
 FENCE = re.compile(r"^(`{3,})\s*([\w-]*)")
 EXIT = re.compile(r"#\s*exit\s+(\d+)\b")
