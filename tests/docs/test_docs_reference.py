@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from gateway.config.reader import Reader
-from gateway.config.schema import LIMIT_USE_KEYS, ZONE_KEYS, parse_config
+from gateway.config.schema import parse_config
+from gateway.config.zones import LIMIT_USE_KEYS, ZONE_KEYS
 from gateway.config.source import parse_yaml
 from gateway.errors import ConfigErrors
 
