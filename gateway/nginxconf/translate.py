@@ -1,8 +1,7 @@
 """nginx directives (a parsed tree) to a gateway configuration (plain data + what was skipped).
 
-Every directive ends up in exactly one place: translated into ``Result.doc``,
-written as a future key (``Result.future``, keys the gateway does not accept yet),
-or listed in ``Result.skipped`` with its file:line and the reason.
+Every directive ends up in exactly one place: translated into ``Result.doc`` (or a
+server's routes), or listed in ``Result.skipped`` with its file:line and the reason.
 """
 
 from __future__ import annotations
@@ -53,25 +52,10 @@ class Skipped:
         return f"{self.where}: {self.text} -- {self.reason}"
 
 
-@dataclass(frozen=True, slots=True)
-class Future:
-    """A key the gateway will accept once ``feature`` lands."""
-
-    feature: str
-    where: str
-    key: str
-    value: Any
-
-
 @dataclass(slots=True)
 class Route:
     data: Doc
-    future: list[Future] = field(default_factory=list)
     ident: tuple[str, str] = ("", "")
-
-    @property
-    def usable_today(self) -> bool:
-        return "upstream" in self.data
 
 
 @dataclass(slots=True)
@@ -213,7 +197,7 @@ class _Translator:
             elif x.name in SSL_DIRECTIVES:
                 self.ssl(x, server.tls)
             elif x.name == "return":
-                self.skip(x, "a server-level return: write it as a location / with return (needs return routes)")
+                self.skip(x, "a server-level return: write it as a location / with return")
             elif not self.global_directive(x, scope, level="server", single=single):
                 self.skip(x, unsupported(x))
         if not any(x.name == "listen" for x in block):
@@ -349,20 +333,25 @@ class _Translator:
         ret: Directive | None,
     ) -> Route | None:
         route = Route(data={"location": text}, ident=ident)
+        target: Doc = {}  # "return" or "uri", written after the settings
         if ret is not None:
             value = return_value(ret)
             if value is None:
                 self.skip(ret, "return: expected a code 200..599 (and text) or a URL")
             elif self.usable_value(ret, [str(v) for k, v in value.items() if k != "code"], body="text" in value):
-                route.future.append(Future("return routes", ret.where, "return", value))
+                target["return"] = value
             if proxy is not None:
                 self.skip(proxy, "proxy_pass after return is never reached in nginx")
         elif proxy is not None:
-            self.proxy_pass(proxy, route, regex=ident[0] == "regex")
-        if "upstream" not in route.data and not route.future:
+            uri = self.proxy_pass(proxy, route, regex=ident[0] == "regex")
+            if uri is not None:
+                target["uri"] = uri
+        if "upstream" not in route.data and not target:
             self.skip(d, "no proxy_pass here: nginx serves it itself (root, static files); the gateway only proxies")
             return None
         self.route_settings(route, scope)
+        route.data.update(target)
+        self.route_headers(route, scope)
         return route
 
     def usable_value(self, d: Directive, values: list[str], body: bool = False) -> bool:
@@ -388,15 +377,16 @@ class _Translator:
             names.append(name)
         return names
 
-    def proxy_pass(self, d: Directive, route: Route, regex: bool) -> None:
+    def proxy_pass(self, d: Directive, route: Route, regex: bool) -> str | None:
+        """Sets the route's upstream; returns the URI part (``uri``), if any."""
         match = re.fullmatch(r"(https?)://([^/]+)(/.*)?", d.args[0]) if len(d.args) == 1 else None
         if match is None or "$" in d.args[0]:
             self.skip(d, "proxy_pass: only http(s)://upstream[/uri] or http(s)://host:port[/uri], without variables")
-            return
+            return None
         scheme, host, uri = match.group(1), match.group(2), match.group(3)
         if uri is not None and regex:
             self.skip(d, 'nginx: "proxy_pass" cannot have URI part in location given by regular expression')
-            return
+            return None
         if host in self.upstreams:
             name = host
         else:
@@ -408,8 +398,7 @@ class _Translator:
         if scheme == "https":
             self.upstreams[name]["scheme"] = "https"
         route.data["upstream"] = name
-        if uri is not None:
-            route.future.append(Future("proxy_pass with a URI", d.where, "uri", uri))
+        return uri
 
     def route_settings(self, route: Route, scope: Scope) -> None:
         data = route.data
@@ -432,18 +421,14 @@ class _Translator:
         self.dry_run(route, scope)
         if "upstream" in data:
             self.upstream_settings(data["upstream"], scope)
+
+    def route_headers(self, route: Route, scope: Scope) -> None:
         headers = [h for h in scope.array("proxy_set_header") if self.usable_value(h, h.args[1:2])]
         if headers:
-            route.future.append(
-                Future(
-                    "proxy_set_header", headers[0].where, "proxy_set_header", {h.args[0]: h.args[1] for h in headers}
-                )
-            )
+            route.data["proxy_set_header"] = {h.args[0]: h.args[1] for h in headers}
         added = [h for h in scope.array("add_header") if self.usable_value(h, h.args[1:2])]
         if added:
-            route.future.append(
-                Future("add_header", added[0].where, "add_header", [add_header_entry(h) for h in added])
-            )
+            route.data["add_header"] = [add_header_entry(h) for h in added]
 
     def route_limits(self, route: Route, scope: Scope) -> None:
         reqs: list[Doc] = []
