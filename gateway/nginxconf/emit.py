@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from gateway.nginxconf.translate import Result, Route, Server
+from gateway.nginxconf.result import Result, Route, Server
 
 
 def _dump(value: Any) -> str:
