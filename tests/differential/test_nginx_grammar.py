@@ -181,7 +181,7 @@ RETURNS = [["204"], ["403", "no; {} # ) ( \" ' \\ $uri ${uri}"], ["301", "https:
 
 def spell(word: str, style: str) -> str:
     """``word`` as nginx reads it back: bare (when it can be), "double" or 'single' quoted."""
-    if style == "bare" and word and not re.search(r"""[\s;{}"'#\\]|^\)""", word) and "${" not in word[:2]:
+    if style == "bare" and word and not re.search(r"""[\s;{}"'#\\]|^\)""", word):
         return word
     quote = "'" if style == "single" else '"'
     return quote + word.replace("\\", "\\\\").replace(quote, "\\" + quote) + quote
