@@ -11,7 +11,7 @@
     gateway bans [--match 10.0.0.0/8] [--reason TEXT] [--limit 100] [--offset 0] [--json] [-c ...]
     gateway zone show|reset ZONE KEY [-c ...]    one key's limit state (admin API /zones/ZONE/KEY)
     gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
-    gateway import-nginx <nginx.conf> [-o limits.yaml] [--emit-future]
+    gateway import-nginx <nginx.conf> [-o limits.yaml]
     gateway replay <access.log> [-c limits.yaml] [--format F] [--json] [--html report.html]
     gateway --version
 
@@ -129,11 +129,6 @@ def _parser() -> argparse.ArgumentParser:
     imp = sub.add_parser("import-nginx", help="translate an nginx configuration (exit 2: some directives skipped)")
     imp.add_argument("nginx_conf", help="the nginx.conf to read (includes are followed)")
     imp.add_argument("-o", "--output", default=None, help="where to write the gateway config (default: stdout)")
-    imp.add_argument(
-        "--emit-future",
-        action="store_true",
-        help="accepted for older scripts; servers, uri, proxy_set_header, add_header and return are always keys",
-    )
 
     rep = sub.add_parser("replay", help="run an access log through the configured limits and report")
     rep.add_argument("access_log", help="an access log (.gz read as gzip); - for stdin")

@@ -1,10 +1,19 @@
 """nginx's configuration grammar: words, quotes, escapes, ``#`` comments, ``{}`` blocks, ``;``.
 
-Follows ``ngx_conf_read_token``: a word ends at whitespace, ``;``, ``{`` or ``}``;
-``"..."`` and ``'...'`` are one word (a quoted word must be followed by a separator);
-a backslash keeps the next character in the word, and ``\\"``, ``\\'``, ``\\\\``,
-``\\t``, ``\\r``, ``\\n`` are unescaped (any other ``\\x`` stays as written); ``#``
-starts a comment only where a word could start; ``${name}`` keeps its braces.
+Follows ``ngx_conf_read_token`` (nginx 1.22), state for state:
+
+- a word ends at whitespace (space, tab, CR, LF), ``;`` or ``{``; a ``}`` ends a
+  directive's block only where a word could start (``a}b`` is one word);
+- ``"..."`` and ``'...'`` are one word, which must be followed by whitespace, ``;``,
+  ``{`` or ``)``: a ``)`` starts the next word (``if ($a = 'x')`` gives ``'x'`` and ``)``);
+- a backslash keeps the next character in the word, whatever it is; then ``\\"``,
+  ``\\'``, ``\\\\``, ``\\t``, ``\\r``, ``\\n`` are unescaped (any other ``\\x`` stays as
+  written);
+- ``#`` starts a comment only where a word could start (``a#b`` is one word);
+- ``{`` right after ``$`` stays in the word (``${name}``);
+- nginx reads the file through a 4096-byte buffer, and a word (or comment) that
+  fills it is refused: "too long parameter" (``_check_length`` says exactly when).
+
 ``include`` is followed here, with globs, relative to the main file's directory.
 """
 
@@ -14,12 +23,14 @@ import glob
 import os
 from dataclasses import dataclass, field
 
-_SEPARATORS = " \t\r\n;{}"
+_SPACE = " \t\r\n"
+_WORD_END = _SPACE + ";{"
 _UNESCAPE = {'"': '"', "'": "'", "\\": "\\", "t": "\t", "r": "\r", "n": "\n"}
 MAX_INCLUDE_DEPTH = 32
 MAX_FILES = 10_000  # included files in all: a glob including itself fans out
 MAX_BLOCK_DEPTH = 64  # nested blocks (nginx configs nest a handful)
 MAX_FILE_BYTES = 16 * 1024 * 1024
+CONF_BUFFER = 4096  # NGX_CONF_BUFFER
 
 
 class ParseError(ValueError):
@@ -54,11 +65,28 @@ def _quote(word: str) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _unescape(raw: str) -> str:
+    """A word's source text as nginx stores it: only \\" \\' \\\\ \\t \\r \\n are unescaped."""
+    if "\\" not in raw:
+        return raw
+    out: list[str] = []
+    i, n = 0, len(raw)
+    while i < n:
+        ch = raw[i]
+        if ch == "\\" and i + 1 < n and raw[i + 1] in _UNESCAPE:
+            out.append(_UNESCAPE[raw[i + 1]])
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 @dataclass(slots=True)
 class _Token:
     value: str
     line: int
-    quoted: bool = False
+    kind: str = "word"  # "word", or the punctuation itself: ";", "{", "}"
 
 
 @dataclass(slots=True)
@@ -80,67 +108,85 @@ class _Lexer:
                 self.pos += 1
             elif ch == "#":
                 end = text.find("\n", self.pos)
-                self.pos = n if end < 0 else end
+                end = n if end < 0 else end
+                self._check_length(self.pos, end, -1 if end == n else 0)  # a comment ends at the newline
+                self.pos = end
             elif ch in ";{}":
-                self.tokens.append(_Token(ch, self.line))
+                self.tokens.append(_Token(ch, self.line, ch))
                 self.pos += 1
             elif ch in "\"'":
                 self._quoted(ch)
+                if self.pos < n and text[self.pos] == ")":
+                    self._word()  # nginx lets ")" follow a quoted word, and starts a word with it
+                elif self.pos < n and text[self.pos] not in _WORD_END:
+                    raise ParseError(self.file, self.line, f'unexpected "{text[self.pos]}" after a quoted string')
             else:
                 self._word()
         return self.tokens
 
-    def _escaped(self) -> str:
-        """The character after the backslash at ``pos``, unescaped as nginx does; moves past both."""
-        nxt = self.text[self.pos + 1]
-        if nxt == "\n":
+    def _skip_escaped(self) -> None:
+        """Past the backslash at ``pos`` and the character it keeps (nginx's ``quoted`` state)."""
+        if self.pos + 1 < len(self.text) and self.text[self.pos + 1] == "\n":
             self.line += 1
         self.pos += 2
-        return _UNESCAPE.get(nxt, "\\" + nxt)
 
     def _quoted(self, quote: str) -> None:
         text, n = self.text, len(self.text)
         start_line = self.line
-        out: list[str] = []
         self.pos += 1
+        start = self.pos
         while True:
             if self.pos >= n:
                 raise ParseError(self.file, start_line, "unexpected end of file, expecting a closing quote")
             ch = text[self.pos]
-            if ch == "\\" and self.pos + 1 < n:
-                out.append(self._escaped())
+            if ch == "\\":
+                self._skip_escaped()
                 continue
             if ch == quote:
-                self.pos += 1
                 break
             if ch == "\n":
                 self.line += 1
-            out.append(ch)
             self.pos += 1
-        if self.pos < n and text[self.pos] not in _SEPARATORS:
-            raise ParseError(self.file, self.line, f'unexpected "{text[self.pos]}" after a quoted string')
-        self.tokens.append(_Token("".join(out), start_line, quoted=True))
+        after = text[self.pos + 1] if self.pos + 1 < n else ""
+        self._check_length(start, self.pos, 2 if after and after in _SPACE else 1)
+        self.tokens.append(_Token(_unescape(text[start : self.pos]), start_line))
+        self.pos += 1
 
     def _word(self) -> None:
         text, n = self.text, len(self.text)
-        out: list[str] = []
+        start, start_line = self.pos, self.line
+        variable = False  # the previous character was "$": a "{" stays in the word
         while self.pos < n:
             ch = text[self.pos]
-            if ch == "\\" and self.pos + 1 < n:
-                out.append(self._escaped())
+            if ch == "{" and variable:
+                self.pos += 1
                 continue
-            if ch == "{" and out and out[-1].endswith("$"):
-                end = text.find("}", self.pos)
-                if end < 0 or "\n" in text[self.pos : end]:
-                    raise ParseError(self.file, self.line, 'unexpected "{" in a variable name')
-                out.append(text[self.pos : end + 1])
-                self.pos = end + 1
+            variable = ch == "$"
+            if ch == "\\":
+                self._skip_escaped()
                 continue
-            if ch in _SEPARATORS:
+            if ch in _WORD_END:
                 break
-            out.append(ch)
             self.pos += 1
-        self.tokens.append(_Token("".join(out), self.line))
+        end = min(self.pos, n)
+        self._check_length(start, end, 1 if end < n and text[end] in _SPACE else 0)
+        self.tokens.append(_Token(_unescape(text[start:end]), start_line))
+
+    def _check_length(self, start: int, end: int, extra: int) -> None:
+        """Refuse a word nginx cannot hold in its 4096-byte read buffer.
+
+        nginx keeps the bytes from a word's start (after an opening quote) in the buffer
+        until the next word may start: through a closing quote and one whitespace byte
+        after the word. It fails when those fill the buffer and one more byte must be
+        read; ``extra`` is how many bytes after ``end`` are held (closing quote, space),
+        -1 for a comment that ends the file (nothing more to read).
+        """
+        if (end - start) * 4 + extra < CONF_BUFFER - 8:
+            return  # short even in UTF-8's widest bytes
+        held = len(self.text[start:end].encode("utf-8", "surrogateescape")) + extra
+        if held >= CONF_BUFFER:
+            line = self.text.count("\n", 0, start) + 1
+            raise ParseError(self.file, line, f'too long parameter "{self.text[start : start + 10]}..." started')
 
 
 def _read(path: str, shown: str) -> str:
@@ -176,13 +222,13 @@ class _Builder:
         while pos < len(tokens):
             tok = tokens[pos]
             pos += 1
-            if not tok.quoted and tok.value == ";":
+            if tok.kind == ";":
                 if not words:
                     raise ParseError(file, tok.line, 'unexpected ";"')
                 d = Directive(words[0].value, [w.value for w in words[1:]], file, words[0].line, end_line=tok.line)
                 out.extend(self._include(d) if d.name == "include" else [d])
                 words = []
-            elif not tok.quoted and tok.value == "{":
+            elif tok.kind == "{":
                 if not words:
                     raise ParseError(file, tok.line, 'unexpected "{"')
                 self.blocks += 1
@@ -194,7 +240,7 @@ class _Builder:
                 d.end_line = tokens[pos - 1].line
                 out.append(d)
                 words = []
-            elif not tok.quoted and tok.value == "}":
+            elif tok.kind == "}":
                 if top or words:
                     raise ParseError(file, tok.line, 'unexpected "}"')
                 return out, pos

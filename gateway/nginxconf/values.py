@@ -45,7 +45,6 @@ INHERITED = (
     "proxy_set_header",
     "add_header",
 )
-EDGE_DURATIONS = ("client_header_timeout", "send_timeout")
 LOG_LEVELS = ("info", "notice", "warn", "error")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 

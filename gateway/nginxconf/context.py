@@ -1,0 +1,94 @@
+"""The state one translation shares across levels, and the directives allowed at several levels.
+
+``Context`` holds the ``Result`` and one object per directive family that keeps state
+(zones, upstreams, logs, access). ``directive`` routes a directive valid at http level to
+its family, and refuses it below the level where the gateway can apply it (the gateway
+has one value for all routes, or one for all servers). ``setting`` puts a directive that
+locations inherit into the level's ``Scope``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.nginxconf import edge
+from gateway.nginxconf.access import Access
+from gateway.nginxconf.limits import Limits
+from gateway.nginxconf.logs import Logs
+from gateway.nginxconf.parser import Directive
+from gateway.nginxconf.result import Result
+from gateway.nginxconf.scope import Scope
+from gateway.nginxconf.upstreams import Upstreams
+from gateway.nginxconf.values import INHERITED, check_setting
+
+HTTP_ONLY = ("limit_req_zone", "limit_conn_zone", "upstream", "log_format")
+
+
+class Context:
+    def __init__(self) -> None:
+        self.result = Result()
+        self.limits = Limits(self.result)
+        self.upstreams = Upstreams(self.result)
+        self.logs = Logs(self.result)
+        self.access = Access(self.result)
+
+    def skip(self, d: Directive, reason: str) -> None:
+        self.result.skip(d, reason)
+
+    def setting(self, d: Directive, scope: Scope) -> bool:
+        """True if ``d`` is a setting that locations inherit (kept in ``scope``, or skipped if invalid)."""
+        if d.name not in INHERITED:
+            return False
+        error = check_setting(d)
+        if error:
+            self.skip(d, error)
+        else:
+            scope.set(d)
+        return True
+
+    def directive(self, d: Directive, level: str, single: bool = True) -> bool:
+        """True if ``d`` is a global directive (translated or skipped here); ``single``: the only server."""
+        r = self.result
+        handlers: dict[str, Callable[[Directive], None]] = {
+            "limit_req_zone": self.limits.limit_req_zone,
+            "limit_conn_zone": self.limits.limit_conn_zone,
+            "upstream": self.upstreams.upstream,
+            "log_format": self.logs.log_format,
+            "access_log": lambda x: self.logs.access_log(x, level),
+            "error_log": self.logs.error_log,
+            "set_real_ip_from": self.access.real_ip_from,
+            "real_ip_header": self.access.real_ip_header,
+            "real_ip_recursive": self.access.real_ip_recursive,
+            "keepalive_timeout": lambda x: edge.keepalive_timeout(r, x),
+            "large_client_header_buffers": lambda x: edge.header_buffers(r, x),
+            "server_tokens": lambda x: edge.server_tokens(r, x),
+        }
+        if d.name in ("allow", "deny"):
+            return False  # collected per level by Access.rules
+        handler = (lambda x: edge.edge_duration(r, x)) if d.name in edge.EDGE_DURATIONS else handlers.get(d.name)
+        if handler is None:
+            return False
+        if level != "http" and d.name in HTTP_ONLY:
+            self.skip(d, f'nginx: "{d.name}" is not allowed here ({level} level)')
+            return True
+        if level == "location" or (level == "server" and not single):
+            where = "route" if level == "location" else "server"
+            self.skip(d, f"a per-{where} {d.name}: the gateway has one value for all {where}s")
+            return True
+        handler(d)
+        return True
+
+    def finish(self) -> Result:
+        """The top-level keys the families collected, added to the document."""
+        doc = self.result.doc
+        if self.access.real_ip:
+            doc["real_ip"] = self.access.real_ip
+        if self.logs.log:
+            doc["log"] = self.logs.log
+        if self.upstreams.upstreams:
+            doc["upstreams"] = self.upstreams.upstreams
+        if self.limits.zones:
+            doc["zones"] = self.limits.zones
+        if self.access.deny:
+            doc["access"] = {"deny": self.access.deny}
+        return self.result

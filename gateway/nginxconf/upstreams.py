@@ -1,0 +1,114 @@
+"""``upstream`` blocks and ``proxy_pass``: the ``upstreams:`` and each route's ``upstream`` and ``uri``.
+
+A ``proxy_pass`` to a host that no ``upstream`` block names makes an upstream of its own
+(``host_port``). The ``proxy_*_timeout`` and ``proxy_next_upstream_tries`` of the routes
+that use an upstream become that upstream's settings (the gateway sets them per upstream).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gateway.nginxconf.parser import Directive
+from gateway.nginxconf.result import Doc, Result, Route
+from gateway.nginxconf.scope import Scope
+from gateway.nginxconf.values import UPSTREAM_TIMEOUTS, duration_ok, unsupported
+
+
+class Upstreams:
+    def __init__(self, result: Result) -> None:
+        self.result = result
+        self.upstreams: dict[str, Doc] = {}
+        self.where: dict[tuple[str, str], str] = {}  # (upstream, key) -> where the value was first set
+
+    def upstream(self, d: Directive) -> None:
+        if d.block is None or len(d.args) != 1:
+            self.result.skip(d, "upstream needs a name and a block")
+            return
+        servers: list[Any] = []
+        body: Doc = {}
+        for x in d.block:
+            if x.name == "server" and x.args:
+                server = self._server(x)
+                if server is not None:
+                    servers.append(server)
+            elif x.name == "keepalive" and len(x.args) == 1 and x.args[0].isdigit():
+                body["keepalive"] = int(x.args[0])
+            elif x.name == "keepalive_timeout" and len(x.args) == 1 and duration_ok(x.args[0]):
+                body["keepalive_timeout"] = x.args[0]
+            else:
+                self.result.skip(
+                    x,
+                    "upstream: the gateway balances by smooth weighted round-robin only"
+                    if not x.args or x.name in ("least_conn", "ip_hash", "hash", "random")
+                    else unsupported(x),
+                )
+        if not servers:
+            self.result.skip(d, "upstream without a usable server")
+            return
+        self.upstreams[d.args[0]] = {"servers": servers, **body}
+
+    def _server(self, d: Directive) -> Any:
+        address = d.args[0]
+        if address.startswith("unix:"):
+            self.result.skip(d, "unix: sockets are not supported as upstream servers")
+            return None
+        entry: Doc = {"address": address if re.search(r":\d+$", address) else f"{address}:80"}
+        for p in d.args[1:]:
+            key, _, value = p.partition("=")
+            if key in ("weight", "max_fails") and value.isdigit():
+                entry[key] = int(value)
+            elif key == "fail_timeout" and duration_ok(value):
+                entry[key] = value
+            elif key in ("backup", "down") and not value:
+                entry[key] = True
+            else:
+                self.result.skip(d, f"server parameter {p} is not supported (max_conns, resolve, service are not)")
+                return None
+        return entry if len(entry) > 1 else entry["address"]
+
+    def proxy_pass(self, d: Directive, route: Route, regex: bool) -> str | None:
+        """Sets the route's upstream; returns the URI part (``uri``), if any."""
+        match = re.fullmatch(r"(https?)://([^/]+)(/.*)?", d.args[0]) if len(d.args) == 1 else None
+        if match is None or "$" in d.args[0]:
+            self.result.skip(
+                d, "proxy_pass: only http(s)://upstream[/uri] or http(s)://host:port[/uri], without variables"
+            )
+            return None
+        scheme, host, uri = match.group(1), match.group(2), match.group(3)
+        if uri is not None and regex:
+            self.result.skip(d, 'nginx: "proxy_pass" cannot have URI part in location given by regular expression')
+            return None
+        if host in self.upstreams:
+            name = host
+        else:
+            port = "443" if scheme == "https" else "80"
+            address = host if re.search(r":\d+$", host) else f"{host}:{port}"
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", address)
+            if name not in self.upstreams:
+                self.upstreams[name] = {"servers": [address]}
+        if scheme == "https":
+            self.upstreams[name]["scheme"] = "https"
+        route.data["upstream"] = name
+        return uri
+
+    def for_route(self, name: str, scope: Scope) -> None:
+        """The timeouts and tries a route sets, as settings of the upstream it uses."""
+        upstream = self.upstreams[name]
+        pairs = [(nginx, key) for nginx, key in UPSTREAM_TIMEOUTS.items()]
+        pairs.append(("proxy_next_upstream_tries", "next_upstream_tries"))
+        for nginx_name, key in pairs:
+            found = scope.get(nginx_name)
+            if found is None:
+                continue
+            value: Any = int(found.args[0]) if key == "next_upstream_tries" else found.args[0]
+            if key in upstream and upstream[key] != value:
+                first = self.where.get((name, key), "?")
+                self.result.skip(
+                    found,
+                    f'upstream "{name}" already has {key} {upstream[key]} ({first}): the gateway sets it per upstream',
+                )
+                continue
+            upstream[key] = value
+            self.where.setdefault((name, key), found.where)
