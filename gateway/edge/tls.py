@@ -220,7 +220,10 @@ class HeldProtocol(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         self.eof = True
-        return True  # keep the connection until the edge protocol decides
+        # Under TLS the connection closes after an EOF whatever this returns (True only earns
+        # asyncio's "has no effect when using ssl" warning, once per probe): the edge protocol
+        # is told of the EOF when it takes over.
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = (exc,)
