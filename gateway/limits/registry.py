@@ -33,6 +33,9 @@ def algo_types() -> Mapping[str, AlgoType]:
     codes = [record.code for record in found.values()]
     if len(set(codes)) != len(codes):
         raise RuntimeError(f"two zone types share a request.lua type code: {sorted(codes)}")
+    tags = [record.undo_tag for record in found.values() if record.undo_tag]
+    if len(set(tags)) != len(tags) or any(len(tag) != 1 or not tag.isalpha() or tag in "rcn" for tag in tags):
+        raise RuntimeError(f"undo letters must be single letters, unique and not r, c or n: {sorted(tags)}")
     return MappingProxyType(dict(sorted(found.items())))
 
 
