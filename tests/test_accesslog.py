@@ -48,9 +48,7 @@ class _Ctx:
     limit_req_status = "DELAYED"
     limit_conn_status = ""
     limit_count_status = ""
-    limit_gcra_status = ""
-    limit_sliding_log_status = ""
-    limit_token_status = ""
+    algo_status = None
     route = None
     server_port = 8080
     scheme = "http"

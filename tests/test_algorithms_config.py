@@ -27,7 +27,7 @@ def test_limits_list_feeds_every_kind_in_order():
     route = config.routes[0]
     assert [lim.zone for lim in route.limit_req] == ["r"] and route.limit_req[0].burst_m == 2000
     assert [(lim.zone, lim.max) for lim in route.limit_conn] == [("c", 4)]
-    assert route.limit_algo[0].gcra is not None and route.limit_algo[0].gcra.emission_ns == 360 * 10**9
+    assert route.limit_algo[0].params.emission_ns == 360 * 10**9
     assert route.ratelimit_policy == '"r";q=1;w=1, "c";q=4;qu="concurrent-requests", "z";q=4;w=1440'
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 class RequestContext:
     __slots__ = (
+        "algo_status",
         "authority",
         "body_bytes_sent",
         "client",
@@ -26,10 +27,7 @@ class RequestContext:
         "host",
         "limit_conn_status",
         "limit_count_status",
-        "limit_gcra_status",
         "limit_req_status",
-        "limit_sliding_log_status",
-        "limit_token_status",
         "logged",
         "method",
         "on_last_write",
@@ -98,9 +96,9 @@ class RequestContext:
         self.limit_req_status = ""
         self.limit_conn_status = ""
         self.limit_count_status = ""
-        self.limit_gcra_status = ""
-        self.limit_sliding_log_status = ""
-        self.limit_token_status = ""
+        # $limit_<type>_status of the zone types of limits: (gateway.limits.registry), by type;
+        # None until the limits step sets one (a route without such zones never does)
+        self.algo_status: dict[str, str] | None = None
         self.body_bytes_sent = -1
         self.logged = False
         self.extra: dict[str, str] | None = None

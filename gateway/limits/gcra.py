@@ -13,11 +13,21 @@ State per key: the theoretical arrival time (TAT) in ns. With the emission inter
 
 A TAT at or before ``now`` is the same as no state (the Redis key would have expired).
 The clock is injected: ``now`` is ns.
+
+``ZONE_TYPE`` at the end is the zone type's record (``gateway.limits.algo``): what the stores,
+the plan and the inspect readers use. Its Redis script is ``scripts/lua/gcra.lua``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.limits.algo import AlgoType
+from gateway.limits.outcome import AlgoOutcome
+
+if TYPE_CHECKING:
+    from gateway.config.zones import ZoneSpec
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -104,3 +114,60 @@ def throttle(tat: int | None, now: int, params: GcraParams, quantity: int = 1) -
 
 def expired(tat: int, now: int) -> bool:
     return tat <= now
+
+
+# -- the zone type's record ---------------------------------------------------------------------
+
+
+def _params_of(zone: ZoneSpec) -> GcraParams:
+    rate = zone.period_rate
+    assert rate is not None
+    return GcraParams(burst=zone.burst, count=rate.count, period_s=rate.period_s)
+
+
+def _decide(params: GcraParams, state: int | None, now_ms: int, cost: int) -> tuple[AlgoOutcome, int | None]:
+    step = throttle(state, now_ms * NS_PER_MS, params, cost)
+    outcome = AlgoOutcome(not step.limited, step.limit, step.remaining, step.retry_after_s, step.reset_after_s)
+    return outcome, (step.new_tat if not step.limited else None)
+
+
+def _expired(params: GcraParams, state: int, now_ms: int) -> bool:
+    return expired(state, now_ms * NS_PER_MS)
+
+
+def _policy(zone: str, p: GcraParams) -> str:
+    return f'"{zone}";q={p.limit};w={p.period_s * p.limit // p.count or 1}'
+
+
+def _lua_args(p: GcraParams) -> list[Any]:
+    return [p.emission_ns, p.burst, 0]
+
+
+def _undo(p: GcraParams, cost: int, now_ms: int, fields: list[Any]) -> str:
+    return f"g{p.emission_ns * cost}:{now_ms}"  # TAT - increment, not below now
+
+
+def _view(params: GcraParams, state: int, now_ms: int) -> dict[str, Any]:
+    return {"tat_in_ms": max(0, (state - now_ms * NS_PER_MS) // NS_PER_MS)}
+
+
+def _clamp(params: GcraParams, cost: int) -> int:
+    return params.clamp_quantity(cost)
+
+
+ZONE_TYPE = AlgoType(
+    name="gcra",
+    code=1,
+    script="gcra.lua",
+    params=GcraParams,
+    params_of=_params_of,
+    decide=_decide,
+    expired=_expired,
+    policy=_policy,
+    lua_args=_lua_args,
+    undo=_undo,
+    undo_tag="g",
+    view=_view,
+    tagged=False,  # untagged like limit_req's: the key CL.THROTTLE would use
+    clamp=_clamp,
+)

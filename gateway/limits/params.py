@@ -9,12 +9,11 @@ as the master rebuilds it; a ``RoutePlan`` is one too (``gateway.store.base.Limi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gateway.limits.gcra import GcraParams
-from gateway.limits.sliding_log import LogParams
-from gateway.limits.token import TokenParams
+from gateway.limits.algo import AlgoType
+from gateway.limits.registry import algo_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +47,16 @@ class ConnParams:
 
 @dataclass(frozen=True, slots=True)
 class AlgoParams:
-    """One zone of the newer algorithms (``limits:``): gcra, sliding_log or token."""
+    """One zone of the newer algorithms (``limits:``): its type's parameter record, and the
+    type's record itself (``algo``), looked up once here so that no store looks it up per request."""
 
     zone: str
     type: str
-    gcra: GcraParams | None
-    log: LogParams | None = None  # sliding_log
-    token: TokenParams | None = None  # token
-    rate_text: str = ""  # token: "5r/s" (the limit its headers report)
+    params: Any  # the type's parameter record (``algo.params``)
+    algo: AlgoType = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "algo", algo_type(self.type))
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,22 @@ area under the line from S (at the threshold) to C (at max_permits); refill take
 ``warmup / max_permits`` per permit, so an idle key goes back to cold in ``warmup``;
 a new key starts cold (full). With rate 5/s and warmup 3 s: threshold 7.5, max 15,
 the first requests are spaced ~0.57 s, then ~0.2 s after about 3 s of demand.
+
+``ZONE_TYPE`` at the end is the zone type's record (``gateway.limits.algo``): what the stores,
+the plan and the inspect readers use. Its Redis script is ``scripts/lua/token.lua``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.limits.algo import AlgoType, text_of
+from gateway.limits.outcome import AlgoOutcome
+
+if TYPE_CHECKING:
+    from gateway.config.zones import ZoneSpec
 
 COLD_FACTOR = 3.0
 
@@ -38,10 +48,12 @@ class TokenParams:
     stable_us: float  # 1e6 / permits per second
     warmup_us: float  # 0: SmoothBursty
     max_delay_us: float
+    count: int = 0  # N of "N r/period": the quota the RateLimit headers report
+    period_s: int = 1
 
     @classmethod
     def of(cls, count: int, period_s: int, warmup_ms: int, max_delay_ms: int) -> TokenParams:
-        return cls(period_s * 1e6 / count, warmup_ms * 1000.0, max_delay_ms * 1000.0)
+        return cls(period_s * 1e6 / count, warmup_ms * 1000.0, max_delay_ms * 1000.0, count, period_s)
 
     @property
     def cold_us(self) -> float:
@@ -144,3 +156,62 @@ def outcome_fields(step: TokenStep, now_us: float, params: TokenParams) -> tuple
 def expired(state: tuple[float, float], now_us: float, params: TokenParams) -> bool:
     """Whether a key's state is the same as none: it refilled to a new key's state."""
     return resync(params, state, now_us)[0] >= params.max_permits
+
+
+# -- the zone type's record ---------------------------------------------------------------------
+
+
+def _params_of(zone: ZoneSpec) -> TokenParams:
+    rate = zone.period_rate
+    assert rate is not None
+    return TokenParams.of(rate.count, rate.period_s, zone.warmup_ms, zone.max_delay_ms)
+
+
+def _decide(params: TokenParams, state: tuple[float, float] | None, now_ms: int, cost: int) -> tuple[AlgoOutcome, Any]:
+    now_us = now_ms * 1000.0
+    grant = acquire(state, now_us, params)
+    remaining, retry_s, reset_s, delay_ms = outcome_fields(grant, now_us, params)
+    outcome = AlgoOutcome(grant.allowed, params.count, remaining, retry_s, reset_s, delay_ms)
+    return outcome, (grant.state if grant.allowed else None)
+
+
+def _expired(params: TokenParams, state: tuple[float, float], now_ms: int) -> bool:
+    return expired(state, now_ms * 1000.0, params)
+
+
+def _policy(zone: str, p: TokenParams) -> str:
+    return f'"{zone}";q={p.count};w={p.period_s}'
+
+
+def _lua_args(p: TokenParams) -> list[Any]:
+    return [p.stable_us, p.warmup_us, p.max_delay_us]
+
+
+def _undo(p: TokenParams, cost: int, now_ms: int, fields: list[Any]) -> str:
+    return f"t{text_of(fields[6])}|{text_of(fields[7])}"  # the value before, if it still holds ours
+
+
+def _view(params: TokenParams, state: tuple[float, float], now_ms: int) -> dict[str, Any]:
+    stored, next_free_us = state
+    return {"stored_permits": stored, "next_free_in_ms": max(0.0, (next_free_us - now_ms * 1000.0) / 1000)}
+
+
+def _quota(params: TokenParams) -> int:
+    return params.count  # token.lua answers 0: the gateway knows the rate
+
+
+ZONE_TYPE = AlgoType(
+    name="token",
+    code=3,
+    script="token.lua",
+    params=TokenParams,
+    params_of=_params_of,
+    decide=_decide,
+    expired=_expired,
+    policy=_policy,
+    lua_args=_lua_args,
+    undo=_undo,
+    undo_tag="t",
+    view=_view,
+    quota=_quota,
+)

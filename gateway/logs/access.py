@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from aiohttp.abc import AbstractAccessLogger
 
+from gateway.limits.registry import algo_types, status_variables
 from gateway.logs import error as errorlog
 from gateway.logs.escape import NEEDS_ESCAPE, escape, escape_word
 from gateway.logs.formats import PRESETS, VARIABLE
@@ -52,9 +53,7 @@ JSON_FIELDS = (
     "limit_req_status",
     "limit_conn_status",
     "limit_count_status",
-    "limit_gcra_status",
-    "limit_sliding_log_status",
-    "limit_token_status",
+    *status_variables(),  # limit_gcra_status, limit_sliding_log_status, limit_token_status...
     "route",
 )
 
@@ -139,6 +138,11 @@ def _ctx(attr: str) -> Callable[[Fields], str]:
     return lambda f: str(getattr(f.ctx, attr)) if f.ctx is not None else ""
 
 
+def _algo_status(kind: str) -> Callable[[Fields], str]:
+    """$limit_<kind>_status of a zone type of limits: ("" when no zone of that type answered)."""
+    return lambda f: f.ctx.algo_status.get(kind, "") if f.ctx is not None and f.ctx.algo_status else ""
+
+
 _GETTERS: dict[str, Callable[[Fields], str]] = {
     "remote_addr": lambda f: f.ctx.client.text if f.ctx is not None else (f.request.remote or ""),
     "realip_remote_addr": lambda f: f.ctx.peer.text if f.ctx is not None else (f.request.remote or ""),
@@ -163,9 +167,7 @@ _GETTERS: dict[str, Callable[[Fields], str]] = {
     "limit_req_status": _ctx("limit_req_status"),
     "limit_conn_status": _ctx("limit_conn_status"),
     "limit_count_status": _ctx("limit_count_status"),
-    "limit_gcra_status": _ctx("limit_gcra_status"),
-    "limit_sliding_log_status": _ctx("limit_sliding_log_status"),
-    "limit_token_status": _ctx("limit_token_status"),
+    **{f"limit_{kind}_status": _algo_status(kind) for kind in algo_types()},
     "route": lambda f: str(f.ctx.route.location) if f.ctx is not None and f.ctx.route is not None else "",
     "server_port": _ctx("server_port"),
     "server_name": lambda f: f.ctx.server.name if f.ctx is not None and f.ctx.server is not None else "",
@@ -184,8 +186,8 @@ _UNQUOTED = frozenset({"remote_user"})
 _SAFE = frozenset(
     {"remote_addr", "realip_remote_addr", "time_local", "time_iso8601", "msec", "status", "body_bytes_sent",
      "request_time", "upstream_status", "upstream_response_time", "limit_req_status", "limit_conn_status",
-     "limit_count_status", "limit_gcra_status", "limit_sliding_log_status", "limit_token_status",
-     "server_port", "scheme", "pid", "request_method", "server_protocol", "ssl_protocol", "ssl_cipher", "https"}
+     "limit_count_status", *status_variables(), "server_port", "scheme", "pid", "request_method",
+     "server_protocol", "ssl_protocol", "ssl_cipher", "https"}
 )  # fmt: skip
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from gateway.limits.registry import status_variables
+
 PRESETS = {
     "combined": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
     '"$http_referer" "$http_user_agent"',
@@ -19,7 +21,7 @@ VARIABLES = frozenset(
         "msec", "request", "request_method", "request_uri", "uri", "args", "host", "server_protocol", "status",
         "body_bytes_sent", "request_time", "upstream_addr", "upstream_status", "upstream_response_time",
         "limit_req_status", "limit_conn_status", "limit_count_status", "route", "server_port", "scheme", "pid",
-        "limit_gcra_status", "limit_sliding_log_status", "limit_token_status", "server_name",
+        *status_variables(), "server_name",
         "ssl_protocol", "ssl_cipher", "https",
     }
 )  # fmt: skip

@@ -329,7 +329,10 @@ class Limiter:
             limit = route.limit_algo[rejected]
             outcome = verdict.algo[rejected]
             assert outcome is not None
-            setattr(ctx, f"limit_{limit.type}_status", REJECTED_DRY_RUN if dry else REJECTED)
+            statuses = ctx.algo_status
+            if statuses is None:
+                statuses = ctx.algo_status = {}
+            statuses[limit.type] = REJECTED_DRY_RUN if dry else REJECTED
             limit.counts[m.REJECTED_DRY_RUN if dry else m.REJECTED] += 1
             errorlog.request_event(
                 route.limit_req_log_level,
@@ -344,7 +347,9 @@ class Limiter:
         for limit, maybe in zip(route.limit_algo, verdict.algo, strict=False):
             if maybe is None or not maybe.allowed:
                 continue
-            name = f"limit_{limit.type}_status"
+            statuses = ctx.algo_status
+            if statuses is None:
+                statuses = ctx.algo_status = {}
             if maybe.delay_ms and status == 0 and rejected < 0:
                 errorlog.request_event(
                     _LOWER[route.limit_req_log_level],
@@ -352,7 +357,7 @@ class Limiter:
                     f"delaying request{', dry run' if dry else ''}, {limit.type}: {maybe.delay_ms} ms, "
                     f'by zone "{limit.zone}"',
                 )
-                setattr(ctx, name, DELAYED_DRY_RUN if dry else DELAYED)
+                statuses[limit.type] = DELAYED_DRY_RUN if dry else DELAYED
                 limit.counts[m.DELAYED_DRY_RUN if dry else m.DELAYED] += 1
                 if not dry:
                     admission.delay_s = max(admission.delay_s, maybe.delay_ms / 1000)
@@ -360,8 +365,8 @@ class Limiter:
                     self.stats.delay(limit.zone, maybe.delay_ms / 1000)
             else:
                 limit.counts[m.PASSED] += 1
-                if not getattr(ctx, name):
-                    setattr(ctx, name, PASSED)
+                if limit.type not in statuses:
+                    statuses[limit.type] = PASSED
         if route.ratelimit_headers:
             for limit, maybe in zip(route.limit_algo, verdict.algo, strict=False):
                 if maybe is not None:

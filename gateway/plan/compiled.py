@@ -21,7 +21,7 @@ from gateway.bans.table import CidrSet, net_key
 from gateway.config.limits import LimitReqSpec, LimitUseSpec
 from gateway.config.routes import ReturnSpec, RouteSettings, RouteSpec
 from gateway.config.schema import ConfigSpec
-from gateway.config.zones import ALGO_TYPES, ZoneSpec
+from gateway.config.zones import ZoneSpec
 from gateway.edge.tls import SniTable, sni_tables
 from gateway.http.addheader import AddedHeader
 from gateway.http.keys import KeyFn, compile_key
@@ -30,10 +30,8 @@ from gateway.http.returns import ReturnPlan
 from gateway.http.routing import Location, LocationTable
 from gateway.http.templates import ValueFn, ValueTemplate, compile_value
 from gateway.http.vhosts import ServerTable
-from gateway.limits.gcra import GcraParams
 from gateway.limits.params import AlgoParams, ConnParams, CountParams, ReqParams
-from gateway.limits.sliding_log import LogParams
-from gateway.limits.token import TokenParams
+from gateway.limits.registry import algo_type, algo_types
 from gateway.metrics.stats import STATS, new_slots
 from gateway.proxy.headers import SetFields
 from gateway.proxy.rewrite import UpstreamRewrite
@@ -79,22 +77,16 @@ class ConnLimit(ConnParams):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlgoLimit(AlgoParams):
-    """A zone of the newer algorithms (gcra, sliding_log, token), from a route's ``limits:`` list."""
+    """A zone of the newer algorithms (``gateway.limits.registry``), from a route's ``limits:`` list."""
 
     key: KeyFn
     cost: int  # units per request when cost_key is None
-    token_period_s: int
     cost_key: KeyFn | None  # the cost from a variable (a request without a valid one gets a 400)
     counts: list[int] = field(default_factory=new_slots, compare=False, repr=False)
 
     @property
     def policy_item(self) -> str:
-        if self.log is not None:
-            return f'"{self.zone}";q={self.log.limit};w={-(-self.log.window_ms // 1000)}'
-        if self.token is not None:
-            return f'"{self.zone}";q={self.rate_text.split("r/")[0]};w={self.token_period_s}'
-        assert self.gcra is not None
-        return f'"{self.zone}";q={self.gcra.limit};w={self.gcra.period_s * self.gcra.limit // self.gcra.count or 1}'
+        return self.algo.policy(self.zone, self.params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +255,7 @@ def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -
     conn_limits = tuple(
         ConnLimit(zone=z, key=key_fns[z], max=m, counts=STATS.slots(z, "limit_conn")) for z, m in all_conn
     )
-    algo_limits = tuple(_algo(zones[u.zone], key_fns[u.zone], u) for u in uses if u.type in ALGO_TYPES)
+    algo_limits = tuple(_algo(zones[u.zone], key_fns[u.zone], u) for u in uses if u.type in algo_types())
     return RoutePlan(
         index=route.index,
         location=route.location,
@@ -323,7 +315,6 @@ def _policy(
 
 
 def _algo(zone: ZoneSpec, key: KeyFn, use: LimitUseSpec) -> AlgoLimit:
-    rate = zone.period_rate
     cost_var = use.cost_var if use.cost is None and use.cost_var is not None else None
     if use.cost is None and use.cost_var is None:
         cost_var = zone.cost_var
@@ -331,15 +322,7 @@ def _algo(zone: ZoneSpec, key: KeyFn, use: LimitUseSpec) -> AlgoLimit:
         zone=zone.name,
         type=zone.type,
         key=key,
-        rate_text=rate.text if rate is not None else "",
-        gcra=GcraParams(burst=zone.burst, count=rate.count, period_s=rate.period_s)
-        if rate is not None and zone.type == "gcra"
-        else None,
-        token=TokenParams.of(rate.count, rate.period_s, zone.warmup_ms, zone.max_delay_ms)
-        if rate is not None and zone.type == "token"
-        else None,
-        token_period_s=rate.period_s if rate is not None else 1,
-        log=LogParams(limit=zone.limit, window_ms=zone.window_ms) if zone.type == "sliding_log" else None,
+        params=algo_type(zone.type).params_of(zone),
         cost=use.cost if use.cost is not None else zone.cost,
         cost_key=compile_key(cost_var, max_key=64) if cost_var is not None else None,
         counts=STATS.slots(zone.name, "limit_" + zone.type),

@@ -1,7 +1,8 @@
 """One key's limit state in a zone, to see or reset it: ``GET``/``DELETE /zones/<zone>/<key>``.
 
 This module reads the embedded store (``MemoryStore``: the single process's, or the
-master's with ``workers: N``); ``zone_state_redis.py`` reads Redis. Both answer the
+master's with ``workers: N``); ``redis/inspect.py`` reads Redis. A zone type of ``limits:``
+brings its own views (``gateway.limits.algo``). Both answer the
 same shape: ``{"zone", "type", "key", ...the state}``, or None when the key has no state.
 
 Times are reported relative to now (``*_in_ms``: how long until; ``*_ago_ms``: how
@@ -15,8 +16,8 @@ from typing import Any, Protocol
 from gateway.config.zones import ZoneSpec
 from gateway.http.keys import key_from_text
 from gateway.limits import count as count_logic
-from gateway.limits import gcra, nginx_req, sliding_count
-from gateway.store.memory import ENTRY_COST, ConnZone, MemoryStore, SlidingLogZone, TokenZone
+from gateway.limits import nginx_req, sliding_count
+from gateway.store.memory import ENTRY_COST, AlgoZone, ConnZone, MemoryStore
 
 
 class UnknownZone(LookupError):
@@ -70,6 +71,8 @@ class MemoryZoneState:
 
 
 def describe(table: Any, state: Any, now: int) -> dict[str, Any]:
+    if isinstance(table, AlgoZone):  # a type of limits: shows itself (gateway.limits.registry)
+        return table.algo.view(table.params, state, now)
     spec: ZoneSpec = table.spec
     kind = spec.type
     if kind == "conn":
@@ -91,13 +94,4 @@ def describe(table: Any, state: Any, now: int) -> dict[str, Any]:
         if window_end <= now:
             return {"remaining": spec.limit, "reset_in_ms": 0}
         return {"used": used, "remaining": max(0, spec.limit - used), "reset_in_ms": window_end - now}
-    if kind == "gcra":
-        tat_in_ms = max(0, (state - now * gcra.NS_PER_MS) // gcra.NS_PER_MS)
-        return {"tat_in_ms": tat_in_ms}
-    if isinstance(table, SlidingLogZone):
-        live = [t for t in state if t > now - spec.window_ms]
-        return {"in_window": len(live), "remaining": max(0, spec.limit - len(live))}
-    if isinstance(table, TokenZone):
-        stored, next_free_us = state
-        return {"stored_permits": stored, "next_free_in_ms": max(0.0, (next_free_us - now * 1000.0) / 1000)}
     return {"state": repr(state)}

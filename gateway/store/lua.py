@@ -7,6 +7,12 @@ A line ``--#include other.lua`` is replaced by the part of ``other.lua`` above i
 ``--#entry`` line (its functions, with its own includes resolved; each file once), so
 the per-key arithmetic is written once and the standalone scripts stay loadable as they
 are, by OpenResty nodes too.
+
+A line ``--#algos`` is replaced by the scripts of every zone type of ``limits:``
+(``gateway.limits.registry``: each record names its script and its type code) and two
+tables built from them: ``ALGOS``, type code -> ``{peek, commit}`` (request.lua's dispatch),
+and ``ALGO_UNDO``, undo letter -> undo function (undo.lua's). A type's script defines
+``<type>_algo_peek``, ``<type>_algo_commit`` and, with an undo letter, ``<type>_algo_undo``.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ from functools import cache
 from importlib import resources
 
 from gateway.errors import GatewayError
+from gateway.limits.registry import algo_types
 
 PACKAGE = "gateway.lua"
 ENTRY = "--#entry"
 INCLUDE = "--#include "
+ALGOS = "--#algos"
 SCRIPTS = ("batch.lua", "undo.lua")  # the ones the store sends to Redis
 
 
@@ -48,14 +56,32 @@ def _resolve(text: str, seen: set[str]) -> str:
     lines = []
     for line in text.splitlines():
         if line.startswith(INCLUDE):
-            included = line[len(INCLUDE) :].strip()
-            if included not in seen:
-                seen.add(included)
-                library = read(included).split(ENTRY, 1)[0]
-                lines.append(_resolve(library, seen).rstrip())
+            included = _include(line[len(INCLUDE) :].strip(), seen)
+            if included:
+                lines.append(included)
+        elif line.strip() == ALGOS:
+            lines.append(_algos(seen))
         else:
             lines.append(line)
     return "\n".join(lines)
+
+
+def _include(name: str, seen: set[str]) -> str:
+    """The part of ``name`` above its entry line, includes resolved; "" when already included."""
+    if name in seen:
+        return ""
+    seen.add(name)
+    return _resolve(read(name).split(ENTRY, 1)[0], seen).rstrip()
+
+
+def _algos(seen: set[str]) -> str:
+    """The zone types' scripts and their dispatch tables (``--#algos``)."""
+    types = list(algo_types().values())
+    parts = [_include(t.script, seen) for t in types]
+    peek = ", ".join(f"[{t.code}] = {{peek = {t.name}_algo_peek, commit = {t.name}_algo_commit}}" for t in types)
+    undo = ", ".join(f"{t.undo_tag} = {t.name}_algo_undo" for t in types if t.undo_tag)
+    parts += [f"local ALGOS = {{{peek}}}", f"local ALGO_UNDO = {{{undo}}}"]
+    return "\n".join(part for part in parts if part)
 
 
 @cache

@@ -33,18 +33,18 @@ from gateway.clock import monotonic_ms
 from gateway.config.zones import ZoneSpec
 from gateway.limits import conn as conn_logic
 from gateway.limits import count as count_logic
-from gateway.limits import gcra, nginx_req, sliding_count, sliding_log, token
+from gateway.limits import nginx_req, sliding_count
+from gateway.limits.algo import AlgoType
 from gateway.limits.conn import ConnDecision
 from gateway.limits.outcome import AlgoOutcome
 from gateway.limits.params import CountParams
+from gateway.limits.registry import algo_type
 from gateway.store.base import AlgoUse, LimitSet, Verdict
 
 # Bytes one key costs beyond its own length: OrderedDict slot and list node, the key
 # object and the packed int: 164 bytes at 1M keys, 189 just after the table doubles
 # (CPython 3.11, 64-bit; scripts/bench_memory.py). The worst case keeps `size` a bound.
 ENTRY_COST = 192
-# One entry of a sliding_log: a tuple slot (8 bytes) and an int object (32 bytes).
-LOG_ENTRY_COST = 40
 
 
 class _LruZone:
@@ -154,50 +154,33 @@ class CountZone(_LruZone):
         self.used += cost
 
 
-class GcraZone(CountZone):
-    """A gcra zone: the TAT in ns (of this process's clock) per key; a TAT in the past is no state."""
+class AlgoZone(CountZone):
+    """A zone of the newer algorithms: its type's state per key (``gateway.limits.registry``).
 
-    kind = "gcra"
-
-    def expired(self, state: int, now: int) -> bool:
-        return gcra.expired(state, now * gcra.NS_PER_MS)
-
-
-class SlidingLogZone(CountZone):
-    """A sliding_log zone: a sorted tuple of request times per key, at most ``limit`` of them.
-
-    A key is charged for a full log up front (``LOG_ENTRY_COST`` per entry), so ``size``
-    stays a bound whatever the logs hold.
+    A key is charged its type's ``extra_bytes`` beyond the fixed cost (a sliding_log pays for a
+    full log up front), so ``size`` stays a bound whatever the states hold.
     """
 
-    kind = "sliding_log"
-
-    def key_cost(self, key: bytes) -> int:
-        return ENTRY_COST + len(key) + LOG_ENTRY_COST * self.spec.limit
+    def __init__(self, spec: ZoneSpec) -> None:
+        self.extra = 0
+        super().__init__(spec)
 
     def reconfigure(self, spec: ZoneSpec) -> None:
-        if self.nodes and spec.limit != self.spec.limit:
+        self.kind = spec.type
+        self.algo: AlgoType = algo_type(spec.type)
+        self.params = self.algo.params_of(spec)
+        extra = self.algo.extra_bytes(self.params)
+        if self.nodes and extra != self.extra:
             self.nodes.clear()  # the charge per key changes: start over rather than miscount
             self.used = 0
+        self.extra = extra
         super().reconfigure(spec)
 
-    def expired(self, state: Any, now: int) -> bool:
-        return sliding_log.expired(state, now, self.spec.window_ms)
-
-
-class TokenZone(CountZone):
-    """A token zone: (stored permits, next free µs) per key; a refilled idle key is no state."""
-
-    kind = "token"
-
-    def reconfigure(self, spec: ZoneSpec) -> None:
-        rate = spec.period_rate
-        assert rate is not None
-        self.params = token.TokenParams.of(rate.count, rate.period_s, spec.warmup_ms, spec.max_delay_ms)
-        super().reconfigure(spec)
+    def key_cost(self, key: bytes) -> int:
+        return ENTRY_COST + len(key) + self.extra
 
     def expired(self, state: Any, now: int) -> bool:
-        return token.expired(state, now * 1000.0, self.params)
+        return self.algo.expired(self.params, state, now)
 
 
 class ConnZone:
@@ -242,15 +225,9 @@ class ConnZone:
         return len(self.counts)
 
 
-Zone = ReqZone | CountZone | ConnZone | GcraZone | SlidingLogZone | TokenZone
-_KINDS: dict[str, Any] = {
-    "token": TokenZone,
-    "sliding_log": SlidingLogZone,
-    "req": ReqZone,
-    "count": CountZone,
-    "conn": ConnZone,
-    "gcra": GcraZone,
-}
+Zone = ReqZone | CountZone | ConnZone | AlgoZone
+# the nginx kinds; every other type is one of limits: (gateway.limits.registry)
+_KINDS: dict[str, Any] = {"req": ReqZone, "count": CountZone, "conn": ConnZone}
 
 
 def _same_keys(old: ZoneSpec, new: ZoneSpec) -> bool:
@@ -281,26 +258,7 @@ def _count_step(state: int | None, now: int, limit: CountParams) -> count_logic.
     return count_logic.CountStep(step.allowed, used, step.reset_ms, step.state)
 
 
-def _algo_step(limit: Any, state: Any, now: int, cost: int) -> tuple[AlgoOutcome, Any]:
-    """One algo zone's answer for one key, and the state to store if the request goes on."""
-    if limit.type == "gcra":
-        step = gcra.throttle(state, now * gcra.NS_PER_MS, limit.gcra, cost)
-        outcome = AlgoOutcome(not step.limited, step.limit, step.remaining, step.retry_after_s, step.reset_after_s)
-        return outcome, (step.new_tat if not step.limited else None)
-    if limit.type == "token":
-        now_us = now * 1000.0
-        grant = token.acquire(state, now_us, limit.token)
-        remaining, retry_s, reset_s, delay_ms = token.outcome_fields(grant, now_us, limit.token)
-        count = int(limit.rate_text.split("r/")[0])
-        outcome = AlgoOutcome(grant.allowed, count, remaining, retry_s, reset_s, delay_ms)
-        return outcome, (grant.state if grant.allowed else None)
-    log = sliding_log.check(state, now, limit.log)
-    retry = -(-log.retry_ms // 1000) if not log.allowed else -1
-    outcome = AlgoOutcome(log.allowed, limit.log.limit, log.remaining, retry, -(-log.reset_ms // 1000))
-    return outcome, (log.state if log.allowed else None)
-
-
-_Tables = tuple[list[ReqZone], list[CountZone], list[ConnZone], list[GcraZone]]
+_Tables = tuple[list[ReqZone], list[CountZone], list[ConnZone], list[AlgoZone]]
 
 
 class MemoryStore:
@@ -324,7 +282,7 @@ class MemoryStore:
                 current.reconfigure(spec)
                 fresh[name] = current
             else:
-                fresh[name] = _KINDS[spec.type](spec)
+                fresh[name] = _KINDS.get(spec.type, AlgoZone)(spec)
         self.zones = fresh
         self._tables.clear()
 
@@ -448,7 +406,7 @@ class MemoryStore:
         return verdict
 
     def _decide_algo(
-        self, route: LimitSet, tables: list[GcraZone], algo: Sequence[AlgoUse], now: int, verdict: Verdict
+        self, route: LimitSet, tables: list[AlgoZone], algo: Sequence[AlgoUse], now: int, verdict: Verdict
     ) -> list[Any]:
         """Each zone's answer into ``verdict``; the states to store if the request goes on."""
         states: list[Any] = []
@@ -459,7 +417,7 @@ class MemoryStore:
                 states.append(None)
                 outcomes.append(None)
                 continue
-            outcome, state = _algo_step(limit, tables[i].get(key), now, cost)
+            outcome, state = limit.algo.decide(limit.params, tables[i].get(key), now, cost)
             outcomes.append(outcome)
             states.append(state)
             if not outcome.allowed and verdict.algo_rejected < 0:

@@ -38,12 +38,10 @@ from gateway.clock import Deadline
 from gateway.errors import StoreUnavailable
 from gateway.limits import conn as conn_logic
 from gateway.limits.conn import ConnDecision
-from gateway.limits.gcra import GcraParams
 from gateway.limits.nginx_req import ReqDecision
 from gateway.limits.outcome import AlgoOutcome
 from gateway.limits.params import AlgoParams, ConnParams, CountParams, ReqParams, RouteLimits, field_names
-from gateway.limits.sliding_log import LogParams
-from gateway.limits.token import TokenParams
+from gateway.limits.registry import algo_type
 from gateway.logs import error as errorlog
 from gateway.store.base import AlgoUse, LimitSet, Verdict
 from gateway.store.memory import MemoryStore
@@ -69,22 +67,11 @@ def describe(route: LimitSet) -> tuple[Any, ...]:
         tuple(tuple(getattr(c, name) for name in _COUNT) for c in route.limit_count),
         tuple(tuple(getattr(c, name) for name in _CONN) for c in route.limit_conn),
         route.dry_run,
+        # an algo zone: its zone, its type, and its type's parameter record field by field
         tuple(
-            (
-                a.zone,
-                a.type,
-                _gcra_params(a.gcra),
-                None if a.log is None else (a.log.limit, a.log.window_ms),
-                None if a.token is None else (a.token.stable_us, a.token.warmup_us, a.token.max_delay_us),
-                a.rate_text,
-            )
-            for a in route.limit_algo
+            (a.zone, a.type, tuple(getattr(a.params, name) for name in a.algo.field_names)) for a in route.limit_algo
         ),
     )
-
-
-def _gcra_params(params: GcraParams | None) -> tuple[int, int, int] | None:
-    return None if params is None else (params.burst, params.count, params.period_s)
 
 
 def _limits(description: tuple[Any, ...]) -> RouteLimits:
@@ -94,17 +81,7 @@ def _limits(description: tuple[Any, ...]) -> RouteLimits:
         limit_count=tuple(CountParams(*c) for c in count),
         limit_conn=tuple(ConnParams(*c) for c in conn),
         dry_run=bool(dry),
-        limit_algo=tuple(
-            AlgoParams(
-                zone,
-                kind,
-                GcraParams(*g) if g else None,
-                LogParams(*log) if log else None,
-                TokenParams(*tok) if tok else None,
-                rate_text,
-            )
-            for zone, kind, g, log, tok, rate_text in algo
-        ),
+        limit_algo=tuple(AlgoParams(zone, kind, algo_type(kind).params(*params)) for zone, kind, params in algo),
     )
 
 

@@ -92,6 +92,30 @@ local function gcra_undo(key, now, increment)
   end
 end
 
+-- The interface request.lua and undo.lua call (through the tables --#algos builds, see
+-- gateway/store/lua.py): peek returns limited, the 8 reply fields of request.lua, and what
+-- commit stores (nil: nothing) with one extra value; undo takes an undo kind after its letter.
+local function gcra_algo_peek(key, now, p1, p2, p3, cost)
+  local limited, reply, store = gcra_peek(key, now, p1, p2, cost)
+  reply[6], reply[7], reply[8] = 0, '', ''
+  if store < 0 then
+    store = nil
+  end
+  return limited, reply, store, nil
+end
+
+local function gcra_algo_commit(key, now, store, extra, p1, p2, p3, member)
+  gcra_commit(key, now, store)
+end
+
+-- '<increment_ns>:<now_ms>': TAT - increment, not below now
+local function gcra_algo_undo(key, arg, member)
+  local increment, now = string.match(arg, '^(%d+):(%d+)$')
+  if increment then
+    gcra_undo(key, tonumber(now), tonumber(increment))
+  end
+end
+
 --#entry
 local key = KEYS[1]
 local now = tonumber(ARGV[1])

@@ -17,9 +17,9 @@ ARGV: now_ms, member, costs (the algo zones' costs, comma-separated),
       dry (0/1), n_req, n_count, n_conn, take_conn (0/1), lease_ms, n_algo,
       then per req zone: rate_m, burst_m, delay_m, ban_s
       then per count zone: limit, window_ms, sliding (0/1)
-      then per algo zone: type (1 gcra, 2 sliding_log, 3 token) and three parameters:
-           gcra: emission_ns, burst, 0; sliding_log: limit, window_ms, 0;
-           token: stable_us, warmup_us, max_delay_us
+      then per algo zone: its type's code and three parameters (each type's record,
+           gateway/limits/<type>.py: gcra 1: emission_ns, burst, 0; sliding_log 2: limit,
+           window_ms, 0; token 3: stable_us, warmup_us, max_delay_us)
       then per conn zone: max
 Reply: {rc, fail_index, fail_excess, ban_ms, delay_ms, delay_index,
         req excess x n_req, count_fail, used x n_count, reset_ms x n_count,
@@ -34,10 +34,9 @@ Reply: {rc, fail_index, fail_excess, ban_ms, delay_ms, delay_index,
 --#include limit_req.lua
 --#include limit_count.lua
 --#include limit_conn.lua
---#include gcra.lua
 --#include sliding_count.lua
---#include sliding_log.lua
---#include token.lua
+-- the zone types of limits: (each one's script, and ALGOS: its code -> {peek, commit})
+--#algos
 
 -- batch.lua sets req_states to a table for one call: the limit_req states read or written
 -- in it, by key, and req_dirty the keys written (with their expiry in seconds), in order.
@@ -209,37 +208,17 @@ local function request(KEYS, k0, now, member, cost_text, plan)
   end
 
   local algo_fail = 0
-  local algo_replies, algo_store, algo_kind, algo_p, algo_expire = EMPTY, EMPTY, EMPTY, EMPTY, EMPTY
+  local algo_replies, algo_store, algo_extra = EMPTY, EMPTY, EMPTY
   if n_algo > 0 then
-    algo_replies, algo_store, algo_kind, algo_p, algo_expire = {}, {}, {}, {}, {}
+    algo_replies, algo_store, algo_extra = {}, {}, {}
   end
   local algo_going = (rc == 1 and count_fail == 0) or dry
   local algo_base = n_req + n_count + n_conn
   local algo_delay = 0
-  local reply_before, reply_after
   for a = 1, n_algo do
-    local kind, p1, p2, p3 = plan.kind[a], plan.p1[a], plan.p2[a], plan.p3[a]
-    algo_kind[a], algo_p[a] = kind, p2
     if algo_going then
-      local limited, reply, store
-      reply_before, reply_after = '', ''
-      if kind == 1 then
-        limited, reply, store = gcra_peek(KEYS[k0 + algo_base + a], now, p1, p2, costs[a])
-        reply[6] = 0
-      elseif kind == 3 then
-        reply_before = redis.call('GET', KEYS[k0 + algo_base + a]) or ''
-        limited, reply, store, algo_expire[a] = token_peek(KEYS[k0 + algo_base + a], now, p1, p2, p3)
-        reply_after = store or ''
-        store = store or -1
-        if not limited and reply[6] > algo_delay then
-          algo_delay = reply[6]
-        end
-      else
-        limited, reply = log_peek(KEYS[k0 + algo_base + a], now, p1, p2)
-        reply[6] = 0
-        store = 0
-      end
-      reply[7], reply[8] = reply_before, reply_after
+      local limited, reply, store, extra = ALGOS[plan.kind[a]].peek(KEYS[k0 + algo_base + a], now,
+        plan.p1[a], plan.p2[a], plan.p3[a], costs[a])
       algo_replies[a] = reply
       if limited then
         if algo_fail == 0 then
@@ -248,8 +227,11 @@ local function request(KEYS, k0, now, member, cost_text, plan)
         if not dry then
           algo_going = false
         end
-      elseif kind == 3 or store >= 0 then
-        algo_store[a] = store
+      else
+        if reply[6] > algo_delay then
+          algo_delay = reply[6]  -- a token zone's wait
+        end
+        algo_store[a], algo_extra[a] = store, extra
       end
     end
   end
@@ -279,12 +261,9 @@ local function request(KEYS, k0, now, member, cost_text, plan)
       end
     end
     for a = 1, n_algo do
-      if algo_store[a] and algo_kind[a] == 1 then
-        gcra_commit(KEYS[k0 + algo_base + a], now, algo_store[a])
-      elseif algo_store[a] and algo_kind[a] == 3 then
-        token_commit(KEYS[k0 + algo_base + a], algo_store[a], algo_expire[a])
-      elseif algo_store[a] then
-        log_commit(KEYS[k0 + algo_base + a], now, algo_p[a], member)
+      if algo_store[a] then
+        ALGOS[plan.kind[a]].commit(KEYS[k0 + algo_base + a], now, algo_store[a], algo_extra[a],
+          plan.p1[a], plan.p2[a], plan.p3[a], member)
       end
     end
   end

@@ -32,6 +32,19 @@ local function log_commit(key, now, window_ms, member)
   redis.call('PEXPIRE', key, window_ms)
 end
 
+-- The interface request.lua and undo.lua call (through the tables --#algos builds, see
+-- gateway/store/lua.py): peek returns limited, the 8 reply fields of request.lua, and what
+-- commit stores (nil: nothing) with one extra value; undo takes an undo kind after its letter.
+local function sliding_log_algo_peek(key, now, p1, p2, p3, cost)
+  local limited, reply = log_peek(key, now, p1, p2)
+  reply[6], reply[7], reply[8] = 0, '', ''
+  return limited, reply, 0, nil
+end
+
+local function sliding_log_algo_commit(key, now, store, extra, p1, p2, p3, member)
+  log_commit(key, now, p2, member)
+end
+
 --#entry
 local key = KEYS[1]
 local now, limit, window_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -89,6 +89,33 @@ local function token_commit(key, value, expire_ms)
   redis.call('SET', key, value, 'PX', expire_ms)
 end
 
+-- The interface request.lua and undo.lua call (through the tables --#algos builds, see
+-- gateway/store/lua.py): peek returns limited, the 8 reply fields of request.lua, and what
+-- commit stores (nil: nothing) with one extra value; undo takes an undo kind after its letter.
+-- (fields 7 and 8: the key's value before and after, for undo.lua on a cluster)
+local function token_algo_peek(key, now, p1, p2, p3, cost)
+  local before = redis.call('GET', key) or ''
+  local limited, reply, value, expire_ms = token_peek(key, now, p1, p2, p3)
+  reply[7], reply[8] = before, value or ''
+  return limited, reply, value, expire_ms
+end
+
+local function token_algo_commit(key, now, store, extra, p1, p2, p3, member)
+  token_commit(key, store, extra)
+end
+
+-- '<before>|<after>': back to <before> if the key still holds <after> (nothing else took a permit)
+local function token_algo_undo(key, arg, member)
+  local before, after = string.match(arg, '^([^|]*)|(.+)$')
+  if after and redis.call('GET', key) == after then
+    if before == '' then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, before, 'KEEPTTL')
+    end
+  end
+end
+
 --#entry
 local key = KEYS[1]
 local limited, reply, value, expire_ms = token_peek(key, tonumber(ARGV[1]), tonumber(ARGV[2]),

@@ -8,11 +8,13 @@ the committed group is undone here (like resty.limit.req's uncommit):
   n  limit_conn key:  the request's lease removed
   g<increment_ns>:<now_ms>  gcra key: TAT - increment, not below now
   t<before>|<after>  token key: back to <before> if it still holds <after> (nothing else took a permit)
+  (a zone type of limits: whose script defines <type>_algo_undo owns a letter: ALGO_UNDO,
+  built by --#algos from the types' records, gateway/limits/<type>.py; sliding_log uses n)
 
   EVALSHA <sha> <n> <keys...> <member> <kind per key...>
 ]]
 
---#include gcra.lua
+--#algos
 
 local member = ARGV[1]
 for i, key in ipairs(KEYS) do
@@ -43,19 +45,10 @@ for i, key in ipairs(KEYS) do
     end
   elseif kind == 'n' then
     redis.call('ZREM', key, member)
-  elseif string.sub(kind, 1, 1) == 't' then
-    local before, after = string.match(kind, '^t([^|]*)|(.+)$')
-    if after and redis.call('GET', key) == after then
-      if before == '' then
-        redis.call('DEL', key)
-      else
-        redis.call('SET', key, before, 'KEEPTTL')
-      end
-    end
-  elseif string.sub(kind, 1, 1) == 'g' then
-    local increment, now = string.match(kind, '^g(%d+):(%d+)$')
-    if increment then
-      gcra_undo(key, tonumber(now), tonumber(increment))
+  else
+    local undo = ALGO_UNDO[string.sub(kind, 1, 1)]
+    if undo then
+      undo(key, string.sub(kind, 2), member)
     end
   end
 end

@@ -25,8 +25,8 @@ import pytest
 
 from gateway.config.reader import Reader
 from gateway.config.schema import parse_config
-from gateway.config.zones import LIMIT_USE_KEYS, ZONE_KEYS
 from gateway.config.source import parse_yaml
+from gateway.config.zones import LIMIT_USE_KEYS, ZONE_KEYS
 from gateway.errors import ConfigErrors
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,8 +6,9 @@ Cluster); values as the scripts write them:
 
 * req: JSON ``[excess (milli-requests), last (epoch ms), forbidden (0/1)]``; a ban's end is the TTL;
 * count: ``used:window_end``; a sliding count ``window_id:current:previous``;
-* conn and sliding_log: sorted sets scored by lease end / request time;
-* gcra and token: their own encodings, shown as stored, with the TTL.
+* conn: sorted sets scored by lease end;
+* the types of ``limits:`` (gcra, sliding_log, token, ...): each reads its own encoding
+  (``redis_view`` of its record, ``gateway.limits.algo``): by default shown as stored, with the TTL.
 
 On Redis Cluster, count, conn and algorithm keys carry a hash tag chosen by the serving
 store; those are not looked up here (the answer is "no state").
@@ -23,6 +24,7 @@ from typing import Any
 from gateway.clock import epoch_ms
 from gateway.config.schema import ConfigSpec
 from gateway.config.zones import ZoneSpec
+from gateway.limits.registry import algo_types
 from gateway.store.inspect import UnknownZone, store_key
 
 TIMEOUT_S = 2.0
@@ -77,9 +79,9 @@ class RedisZoneState:
         if spec.type == "conn":
             active = int(await client.zcount(key, f"({now}", "+inf"))
             return {"active": active} if active else None
-        if spec.type == "sliding_log":
-            live = int(await client.zcount(key, f"({now - spec.window_ms}", "+inf"))
-            return {"in_window": live, "remaining": max(0, spec.limit - live)} if live else None
+        algo = algo_types().get(spec.type)
+        if algo is not None:  # a type of limits: reads its own encoding (gateway.limits.algo)
+            return await algo.redis_view(client, key, algo.params_of(spec), now)
         raw, ttl = await asyncio.gather(client.get(key), client.pttl(key))
         if raw is None:
             return None
@@ -103,9 +105,7 @@ class RedisZoneState:
             weight = 1 - (now % spec.window_ms) / spec.window_ms
             remaining = max(0, int(spec.limit - current - previous * weight))
             return {"current": current, "previous": previous, "remaining": remaining}
-        if spec.type == "count":
-            used, window_end = (int(x) for x in text.split(":"))
-            if window_end <= now:
-                return None
-            return {"used": used, "remaining": max(0, spec.limit - used), "reset_in_ms": window_end - now}
-        return {"state": text, "ttl_ms": ttl_ms}
+        used, window_end = (int(x) for x in text.split(":"))  # count
+        if window_end <= now:
+            return None
+        return {"used": used, "remaining": max(0, spec.limit - used), "reset_in_ms": window_end - now}

@@ -11,31 +11,9 @@ from gateway.limits.outcome import AlgoOutcome
 from gateway.store.base import LimitSet, Verdict
 
 
-def algo_params(limit: Any) -> list[int]:
+def algo_params(limit: Any) -> list[Any]:
     """request.lua's four parameters of one algo zone: its type code, then three numbers."""
-    if limit.type == "gcra":
-        return [1, limit.gcra.emission_ns, limit.gcra.burst, 0]
-    if limit.type == "token":
-        return [3, limit.token.stable_us, limit.token.warmup_us, limit.token.max_delay_us]
-    return [2, limit.log.limit, limit.log.window_ms, 0]
-
-
-def _quota(limit: Any) -> int | None:
-    """The policy quota the gateway reports for a zone whose script does not know it (token)."""
-    return int(limit.rate_text.split("r/")[0]) if limit.type == "token" else None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _undo_kind(limit: Any, cost: int, now_ms: int, fields: list[Any]) -> str:
-    """undo.lua's kind for a committed algo key."""
-    if limit.type == "gcra":
-        return f"g{limit.gcra.emission_ns * cost}:{now_ms}"
-    if limit.type == "token":
-        return f"t{_text(fields[6])}|{_text(fields[7])}"  # the value before, if it still holds ours
-    return "n"  # sliding_log: remove the request's member, like a conn lease
+    return [limit.algo.code, *limit.algo.lua_args(limit.params)]
 
 
 Item = tuple[str, int, bytes, bytes]  # (kind r/c/n/g, limit index, Redis key, raw key)
@@ -62,7 +40,8 @@ class ReplyLayout:
         self.count_at = 6 + len(self.req)  # count_fail, then used and reset per count key
         self.conn_at = self.count_at + 1 + 2 * len(self.count)  # conn_done, conn_fail, then counts
         self.algo_at = self.conn_at + 2 + len(self.conn)  # algo_fail, then 8 fields per algo key
-        self.quota = [_quota(route.limit_algo[i]) for i in self.algo]
+        # the policy quota the gateway reports for a zone whose script does not know it (token)
+        self.quota = [route.limit_algo[i].algo.quota(route.limit_algo[i].params) for i in self.algo]
 
 
 class RequestReply:
@@ -112,7 +91,7 @@ class RequestReply:
         """What undo.lua takes back from each passed algo key: (key, undo kind)."""
         route, costs = self.route, self.costs
         return [
-            (self._part[j][2], _undo_kind(route.limit_algo[i], costs[i], self.now_ms, fields))
+            (self._part[j][2], route.limit_algo[i].algo.undo(route.limit_algo[i].params, costs[i], self.now_ms, fields))
             for i, j, fields in zip(self.layout.algo, self.layout.algo_pos, self._algo, strict=True)
             if fields[0] == 0 and costs[i] > 0
         ]

@@ -297,11 +297,12 @@ class RedisStore:
         costs: list[int] = []
         if not conn_only:
             for i, (lim, (k, cost)) in enumerate(zip(route.limit_algo, algo, strict=True)):
-                costs.append(lim.gcra.clamp_quantity(cost) if lim.gcra is not None else cost)
+                kind = lim.algo  # the zone type's record, bound by the plan
+                costs.append(kind.clamp(lim.params, cost))
                 if not k:
                     continue
-                # gcra keys are untagged like limit_req: the key CL.THROTTLE would use
-                key = self._req_key(lim.zone, k) if lim.type == "gcra" else self._tagged_key(lim.zone, k)
+                # an untagged type's keys are like limit_req's (gcra: the key CL.THROTTLE would use)
+                key = self._tagged_key(lim.zone, k) if kind.tagged else self._req_key(lim.zone, k)
                 items.append(("g", i, key, k))
         verdict = _blank_verdict(route, now, conn_only)
         wants_conn = bool(route.limit_conn) and take_conn
