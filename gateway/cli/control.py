@@ -253,7 +253,7 @@ def _skipped(problems: list[tuple[int, str]]) -> str:
 
 
 def _view(ban: Ban) -> dict[str, Any]:
-    from gateway.admin.api import ban_view
+    from gateway.admin.bans import ban_view
 
     return ban_view(ban)
 
