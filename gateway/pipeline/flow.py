@@ -19,7 +19,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from gateway.bans.local import Ban, BanList, epoch_ms
+from gateway.bans.local import Ban, BanList
+from gateway.clock import epoch_ms
 from gateway.edge import unsupported_version
 from gateway.http import responses
 from gateway.http.addheader import add_headers

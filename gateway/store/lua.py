@@ -15,16 +15,12 @@ import hashlib
 from functools import cache
 from importlib import resources
 
-from gateway.errors import GatewayError
+from gateway.errors import ScriptsMissing
 
 PACKAGE = "gateway.lua"
 ENTRY = "--#entry"
 INCLUDE = "--#include "
 SCRIPTS = ("batch.lua", "undo.lua")  # the ones the store sends to Redis
-
-
-class ScriptsMissing(GatewayError):
-    """The installed gateway has no Lua scripts: a packaging fault, not a Redis outage."""
 
 
 def read(name: str) -> str:
