@@ -70,6 +70,10 @@ class StoreUnavailable(GatewayError):
     """The shared store (Redis) did not answer in time or answered with an error."""
 
 
+class ScriptsMissing(GatewayError):
+    """The installed gateway has no Lua scripts: a packaging fault, not a Redis outage."""
+
+
 class UpstreamError(GatewayError):
     """The upstream refused, reset or otherwise failed the exchange (-> 502)."""
 

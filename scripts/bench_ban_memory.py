@@ -19,7 +19,8 @@ import random
 import timeit
 import tracemalloc
 
-from gateway.bans.table import Ban, BanList, CidrSet, epoch_ms, net_key
+from gateway.bans.table import Ban, BanList, CidrSet, net_key
+from gateway.clock import epoch_ms
 from gateway.http.realip import parse_addr
 
 

@@ -14,7 +14,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.bans.redis import RedisBans
-from gateway.bans.table import Ban, BanList, epoch_ms
+from gateway.bans.table import Ban, BanList
+from gateway.clock import epoch_ms
 from tests.ban_lists import mixed_blocklist
 from tests.helpers import free_port
 
@@ -129,17 +130,15 @@ async def test_new_bans_arrive_by_pubsub_even_while_reading_the_list_fails(share
         assert follower.version is None
         # an attacker with access to the channel: garbage is ignored, the next change still lands
         with caplog.at_level(logging.WARNING):
-            for junk in (b"", b"x\n[", b"7\n[1,2]", b'9\n[{"target": "not-a-cidr"}]\n', b"\xff" * 100):
+            # a JSON object is not a message either (there is one format, with a version)
+            unversioned = {"op": "add", "ban": {"target": "203.0.113.11/32", "until_ms": 0, "reason": "x"}}
+            junk_messages = (b"", b"x\n[", b"7\n[1,2]", b'9\n[{"target": "not-a-cidr"}]\n', b"\xff" * 100)
+            for junk in (*junk_messages, json.dumps(unversioned).encode()):
                 await shared.client.publish(shared.channel, junk)
             await shared.add_many(bans_for(["203.0.113.10/32"]))
             await until(lambda: "203.0.113.10/32" in follower.banlist.bans)
-            # what a node of the previous version publishes, during a rolling upgrade
-            legacy = {"op": "add", "ban": {"target": "203.0.113.11/32", "until_ms": 0, "reason": "old node"}}
-            await shared.client.publish(shared.channel, json.dumps(legacy))
-            await until(lambda: "203.0.113.11/32" in follower.banlist.bans)
-            await shared.client.publish(shared.channel, json.dumps({"op": "remove", "target": "203.0.113.11/32"}))
-            await until(lambda: "203.0.113.11/32" not in follower.banlist.bans)
         assert "not-a-cidr" not in follower.banlist.bans
+        assert "203.0.113.11/32" not in follower.banlist.bans
     finally:
         await follower.close()
         await dead.aclose()

@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 
 from gateway.bans.redis import RedisBans
-from gateway.bans.table import Ban, BanList, epoch_ms
+from gateway.bans.table import Ban, BanList
+from gateway.clock import epoch_ms
 from tests.ban_lists import FREE_V4, FREE_V6, mixed_blocklist, samples
 from tests.helpers import Upstream, cli, free_port
 

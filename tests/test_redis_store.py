@@ -204,12 +204,12 @@ async def test_a_wrong_password_does_not_leak_connections(redis_server):
 
 
 async def test_expired_bans_are_deleted_only_if_unchanged(redis_server):
-    from gateway.bans.local import _DELETE_IF_UNCHANGED
+    from gateway.bans.redis import DELETE_IF_UNCHANGED_SCRIPT, script_source
 
     client = redis.Redis(port=redis_server.port)
     client.hset("bans", mapping={"a": "old", "b": "old"})
     client.hset("bans", "b", "new")  # re-banned after the old value was read
-    client.eval(_DELETE_IF_UNCHANGED, 1, "bans", "a", "old", "b", "old")
+    client.eval(script_source(DELETE_IF_UNCHANGED_SCRIPT), 1, "bans", "a", "old", "b", "old")
     assert client.hgetall("bans") == {b"b": b"new"}
     client.close()
 

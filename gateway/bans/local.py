@@ -20,18 +20,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.background import spawn
-from gateway.bans.redis import _DELETE_IF_UNCHANGED, RedisBans
+from gateway.bans.redis import RedisBans
 from gateway.bans.table import Ban, BanList, canonical_target, run_expiry
 from gateway.clock import epoch_ms
 
 __all__ = [
-    "_DELETE_IF_UNCHANGED",
     "Ban",
     "BanList",
     "LocalBans",
     "RedisBans",
     "canonical_target",
-    "epoch_ms",
     "run_expiry",
 ]
 

@@ -8,7 +8,8 @@ Keys (all in the hash slot of the first one, so each change is one atomic script
   listing the targets it touched (the last ``LOG_MAXLEN`` batches are kept);
 * ``{<prefix>gateway:bans}:expiry``   sorted set: CIDR scored by its end (timed bans only).
 
-A batch (up to ``WRITE_CHUNK`` bans, many batches pipelined) is one script: it writes
+A batch (up to ``WRITE_CHUNK`` bans, many batches pipelined) is one script,
+``scripts/lua/ban_write.lua`` (the other two: ``ban_expire.lua``, ``ban_delete_if_unchanged.lua``): it writes
 the hash and the expiry index, bumps the version, appends to the log and publishes
 ``<version>\\n<JSON array of bans added>\\n<removed target>...`` on the channel
 ``<prefix>gateway:bans``. A node applies a message whose version follows its own at
@@ -27,11 +28,14 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from functools import cache
+from importlib import resources
 from typing import Any, TypeVar
 
 from gateway.background import spawn
 from gateway.bans.table import Ban, BanList, run_expiry
 from gateway.clock import epoch_ms
+from gateway.errors import ScriptsMissing
 from gateway.logs import error as errorlog
 
 T = TypeVar("T")
@@ -47,80 +51,32 @@ SYNC_TIMEOUT_S = 5.0  # one Redis call of the sync (a full read is many such cal
 FULL_SYNC_DEADLINE_S = 120.0
 EXPIRE_PER_SWEEP = 1000
 
-_DELETE_IF_UNCHANGED = """
-for i = 1, #ARGV, 2 do
-  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-  end
-end
-return 0
-"""
+# The three scripts live in scripts/lua/ beside the store's, shipped as the package data of
+# ``gateway.lua`` and read the same way as gateway/store/lua.py reads those (not through it:
+# the store imports the bans, for the workers of ``workers: N``).
+SCRIPTS_PACKAGE = "gateway.lua"
+WRITE_SCRIPT = "ban_write.lua"  # one batch of adds or removes: hash, expiry index, version, log, publish
+EXPIRE_SCRIPT = "ban_expire.lua"  # the ended bans, through the expiry index, as one batch
+DELETE_IF_UNCHANGED_SCRIPT = "ban_delete_if_unchanged.lua"  # ended entries a full read found
+SCRIPTS = (WRITE_SCRIPT, EXPIRE_SCRIPT, DELETE_IF_UNCHANGED_SCRIPT)
 
-# KEYS: hash, expiry, version, log. ARGV: channel, log length, "+" (add) or "-" (remove), then
-# newline-separated targets and, to add, their JSON and their ends (few big arguments: cheap to send).
-# Returns {version, target removed, ...}.
-_WRITE = """
-local function lines(text)
-  local out = {}
-  for item in string.gmatch(text, '[^\\n]+') do out[#out + 1] = item end
-  return out
-end
-local targets = lines(ARGV[4])
-local found = {}
-local message
-if ARGV[3] == '+' then
-  local values, ends = lines(ARGV[5]), lines(ARGV[6])
-  local fields, timed, forever = {}, {}, {}
-  for i, target in ipairs(targets) do
-    fields[#fields + 1] = target
-    fields[#fields + 1] = values[i]
-    if tonumber(ends[i]) > 0 then
-      timed[#timed + 1] = ends[i]
-      timed[#timed + 1] = target
-    else
-      forever[#forever + 1] = target
-    end
-  end
-  if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
-  if #timed > 0 then redis.call('ZADD', KEYS[2], unpack(timed)) end
-  if #forever > 0 then redis.call('ZREM', KEYS[2], unpack(forever)) end
-  message = '\\n[' .. table.concat(values, ',') .. ']'
-else
-  for _, target in ipairs(targets) do
-    if redis.call('HDEL', KEYS[1], target) == 1 then found[#found + 1] = target end
-  end
-  if #targets > 0 then redis.call('ZREM', KEYS[2], unpack(targets)) end
-  message = '\\n[]\\n' .. ARGV[4]
-end
-if #targets == 0 then return {tonumber(redis.call('GET', KEYS[3]) or '0')} end
-local version = redis.call('INCR', KEYS[3])
-local id = version .. '-0'
-if not pcall(redis.call, 'XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', ARGV[4]) then
-  -- the counter went back (deleted by hand): start the log again; nodes ahead of it re-read all
-  redis.call('DEL', KEYS[4])
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', ARGV[4])
-end
-redis.call('PUBLISH', ARGV[1], version .. message)
-local out = {version}
-for _, target in ipairs(found) do out[#out + 1] = target end
-return out
-"""
 
-# KEYS: hash, expiry, version, log. ARGV: channel, log length, now_ms, limit. Returns how many ended.
-_EXPIRE = """
-local ended = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
-if #ended == 0 then return 0 end
-redis.call('HDEL', KEYS[1], unpack(ended))
-redis.call('ZREM', KEYS[2], unpack(ended))
-local version = redis.call('INCR', KEYS[3])
-local id = version .. '-0'
-if not pcall(redis.call, 'XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', table.concat(ended, '\\n')) then
-  redis.call('DEL', KEYS[4])
-  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], id, 't', table.concat(ended, '\\n'))
-end
-redis.call('PUBLISH', ARGV[1], version .. '\\n[]\\n' .. table.concat(ended, '\\n'))
-return #ended
-"""
+@cache
+def script_source(name: str) -> str:
+    """One ban script as installed; ScriptsMissing when the gateway was installed without it."""
+    try:
+        return resources.files(SCRIPTS_PACKAGE).joinpath(name).read_text(encoding="utf-8")
+    except (ModuleNotFoundError, OSError) as exc:
+        raise ScriptsMissing(
+            f"cannot load the Redis script {name} from the {SCRIPTS_PACKAGE} package ({type(exc).__name__}: {exc}); "
+            "the gateway is installed without its Lua scripts: reinstall it from a wheel or a checkout"
+        ) from None
+
+
+def require_scripts() -> None:
+    """Read every ban script, or raise ScriptsMissing: called before a Redis-backed start."""
+    for name in SCRIPTS:
+        script_source(name)
 
 
 class LogGap(Exception):
@@ -269,7 +225,7 @@ class RedisBans:
             async with in_flight:
                 pipe = self.client.pipeline(transaction=False)
                 for call in group:
-                    pipe.eval(_WRITE, 4, *self._keys(), self.channel, LOG_MAXLEN, *call)
+                    pipe.eval(script_source(WRITE_SCRIPT), 4, *self._keys(), self.channel, LOG_MAXLEN, *call)
                 for reply in await self._call(pipe.execute()):
                     found.extend(_text(t) for t in reply[1:])
 
@@ -328,7 +284,15 @@ class RedisBans:
         """Remove up to EXPIRE_PER_SWEEP ended bans from Redis (and, through pub/sub, from every node)."""
         return int(
             await self._call(
-                self.client.eval(_EXPIRE, 4, *self._keys(), self.channel, LOG_MAXLEN, epoch_ms(), EXPIRE_PER_SWEEP)
+                self.client.eval(
+                    script_source(EXPIRE_SCRIPT),
+                    4,
+                    *self._keys(),
+                    self.channel,
+                    LOG_MAXLEN,
+                    epoch_ms(),
+                    EXPIRE_PER_SWEEP,
+                )
             )
         )
 
@@ -419,7 +383,7 @@ class RedisBans:
         for chunk in _chunks(expired, 2 * WRITE_CHUNK):
             # Delete an expired entry only if it is still the one read: an operator may have
             # banned the same target again in between. (Entries without an expiry index.)
-            await self._call(self.client.eval(_DELETE_IF_UNCHANGED, 1, self.key, *chunk))
+            await self._call(self.client.eval(script_source(DELETE_IF_UNCHANGED_SCRIPT), 1, self.key, *chunk))
 
     async def _catch_up(self) -> None:
         """Apply the batches after ``self.version`` from the log; LogGap if it does not reach back."""
@@ -493,9 +457,6 @@ class RedisBans:
             await asyncio.sleep(0.5)
 
     def _on_message(self, data: bytes | str) -> None:
-        if data[:1] in (b"{", "{"):  # a node or CLI of the previous version, during an upgrade
-            self._on_legacy_message(data)
-            return
         try:
             changes = Changes.parse(data)
         except (ValueError, KeyError, TypeError) as exc:
@@ -510,17 +471,6 @@ class RedisBans:
             self.version = changes.version
         else:
             self._kick.set()  # we missed something (or never read it all): catch up
-
-    def _on_legacy_message(self, data: bytes | str) -> None:
-        """``{"op": "add", "ban": {...}}`` or ``{"op": "remove", "target": ...}``: no version to follow."""
-        try:
-            event = json.loads(data)
-            if event["op"] == "add":
-                self.banlist.put(Ban.from_dict(event["ban"]))
-            elif event["op"] == "remove":
-                self.banlist.remove(str(event["target"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            errorlog.log.warning("ignoring a malformed ban event: %r", exc)
 
     def _apply(self, changes: Changes) -> None:
         for ban in changes.added:

@@ -207,9 +207,11 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides)
     spec = config.spec
     if spec.store.redis is not None:
+        from gateway.bans.redis import require_scripts
         from gateway.store import lua
 
         lua.require_all()  # a packaging fault refuses the start here, before any worker or Redis call
+        require_scripts()  # the ban list's scripts too
     errorlog.configure(spec.log.error, spec.log.level)
     for warning in spec.warnings:
         errorlog.log.warning("%s", warning)

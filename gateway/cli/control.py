@@ -27,8 +27,9 @@ import aiohttp
 
 from gateway.admin import token as admin_token
 from gateway.bans.blocklist import MAX_ERRORS_SHOWN, Blocklist, read_blocklist
-from gateway.bans.local import Ban, BanList, RedisBans, canonical_target, epoch_ms
+from gateway.bans.local import Ban, BanList, RedisBans, canonical_target
 from gateway.bans.policy import BanPolicy, ban_refusal
+from gateway.clock import epoch_ms
 from gateway.config.schema import ConfigSpec
 from gateway.config.units import parse_duration_ms
 from gateway.plan import load_config
@@ -253,7 +254,7 @@ def _skipped(problems: list[tuple[int, str]]) -> str:
 
 
 def _view(ban: Ban) -> dict[str, Any]:
-    from gateway.admin.api import ban_view
+    from gateway.admin.bans import ban_view
 
     return ban_view(ban)
 

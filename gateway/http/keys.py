@@ -194,7 +194,8 @@ def _remote_addr(ipv6_prefix: int) -> KeyFn:
     return extract
 
 
-def _variable(name: str, ipv6_prefix: int = 128) -> KeyFn:
+def key_variable(name: str, ipv6_prefix: int = 128) -> KeyFn:
+    """The bytes of one key variable (``$binary_remote_addr``, ``$http_x``, ...) of a request."""
     if name == "binary_remote_addr":
         return _binary_remote_addr(ipv6_prefix)
     if name == "remote_addr":
@@ -254,7 +255,7 @@ def _concatenate(template: KeyTemplate, ipv6_prefix: int) -> KeyFn:
     fns: list[KeyFn] = []
     for kind, value in template.parts:
         if kind == "var":
-            fns.append(_variable(value, ipv6_prefix))
+            fns.append(key_variable(value, ipv6_prefix))
         else:
             fns.append(_literal(value.encode()))
     if len(fns) == 1:

@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.http.keys import _variable as key_variable
-from gateway.http.keys import parse_key
+from gateway.http.keys import key_variable, parse_key
 
 if TYPE_CHECKING:
     from gateway.http.context import RequestContext

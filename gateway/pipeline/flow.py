@@ -20,7 +20,8 @@ from aiohttp import web
 from aiohttp.http import HttpVersion11
 from multidict import CIMultiDict
 
-from gateway.bans.local import Ban, BanList, epoch_ms
+from gateway.bans.local import Ban, BanList
+from gateway.clock import epoch_ms
 from gateway.edge import unsupported_version
 from gateway.http import responses
 from gateway.http.addheader import add_headers

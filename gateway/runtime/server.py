@@ -29,9 +29,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.admin.api import AdminApi, ReloadReply, serve_admin
+from gateway.admin.api import ReloadReply
 from gateway.background import spawn
-from gateway.bans.local import BanList, LocalBans, RedisBans, WorkerBans, run_expiry
+from gateway.bans.local import BanList, WorkerBans, run_expiry
 from gateway.clock import monotonic_ms
 from gateway.config.overrides import Overrides
 from gateway.config.servers import ListenSpec
@@ -43,7 +43,6 @@ from gateway.logs.access import AccessLog, LogSink, aiohttp_logger_class
 from gateway.metrics import MetricsHub, channel
 from gateway.metrics.activity import Activity, ConfigInfo, process_snapshot, retire_snapshot, worker_snapshots
 from gateway.metrics.channel import STATS_ENV, StatsClient
-from gateway.metrics.endpoint import serve_metrics
 from gateway.metrics.sources import register_gauges
 from gateway.metrics.stats import STATS
 from gateway.pipeline import Pipeline
@@ -51,12 +50,9 @@ from gateway.pipeline.limiting import Limiter
 from gateway.plan.compiled import CompiledConfig
 from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.runtime.listeners import BACKLOG, BindFailed, Listeners, describe
-from gateway.runtime.node import open_bans
+from gateway.runtime.node import Node, node_status
 from gateway.runtime.offloop import load_config_off_loop, release_off_loop
 from gateway.store import make_store
-from gateway.store.base import Store
-from gateway.store.inspect import MemoryZoneState, ZoneState
-from gateway.store.memory import MemoryStore
 
 log = errorlog.log
 GC_YOUNG_THRESHOLD = 2000  # allocations between two passes of the youngest generation (Python's: 700)
@@ -76,8 +72,7 @@ class GatewayServer:
         self.store = make_store(config.spec)
         self.store.configure(config.spec.zones)
         self.banlist = BanList()
-        self.bans: LocalBans | RedisBans | None = None
-        self.admin: AdminApi | None = None
+        self.node: Node | None = None  # the bans, and the admin API and metrics listener it serves
         self.serves_admin = not reuse_port  # with several workers, the master serves it
         self.activity = Activity()  # what the status page shows (per process)
         self.config_info = ConfigInfo(config_path)
@@ -92,7 +87,6 @@ class GatewayServer:
         self.tls_listeners: dict[tuple[str, int], TlsListener] = {}  # by address, for reloads
         # /metrics: this process's (one worker), or sent to the master (``workers: N``)
         self.metrics = MetricsHub(self.config_info)
-        self.metrics_runner: web.AppRunner | None = None
         stats_path = os.environ.get(STATS_ENV) if reuse_port else None
         self.stats_client = StatsClient(stats_path) if stats_path else None
         if self.stats_client is not None:  # the status page's counts go to the master the same way
@@ -105,13 +99,8 @@ class GatewayServer:
         await self.store.start()
         if self.store.deliver_bans(WorkerBans(self.banlist).apply):  # a worker: the master pushes bans
             self._expiry = spawn(run_expiry(self.banlist))
-        self.bans = open_bans(self.config.spec, self.store, self.banlist, follow=True)
-        if self.bans is not None:
-            await self.bans.start()
-        if self.serves_admin and self.bans is not None and self.config.spec.admin.listen is not None:
-            await self._start_admin()
-        if self.serves_admin and self.config.spec.metrics.listen is not None:
-            self.metrics_runner = await serve_metrics(self.config.spec.metrics.listen, self.metrics)
+        self.node = Node(self.config.spec, self.store, self.banlist, follow=True)
+        await self.node.start(self, self.metrics, serve=self.serves_admin)
         if self.stats_client is not None:
             await self.stats_client.start()
         self.upstreams.update(dict(self.config.spec.upstreams))
@@ -159,31 +148,12 @@ class GatewayServer:
         listener = self.tls_listeners[entry.address] = TlsListener(table)
         return TlsSite(self.runner, sock, listener, backlog=BACKLOG, shutdown_timeout=shutdown_s)
 
-    async def _start_admin(self) -> None:
-        assert self.bans is not None and self.config.spec.admin.listen is not None
-        self.admin = await serve_admin(
-            self.config.spec,
-            self.bans,
-            self.reload,
-            self.status,
-            config=lambda: self.config.spec,
-            serving=lambda: bool(self.bound_addresses) and not self._stopping,
-            activity=self.activity_status,
-            zone_state=self._zone_state(),
-            metrics=self.metrics.render,
-        )
-
-    def _zone_state(self) -> ZoneState | None:
-        if isinstance(self.store, MemoryStore):
-            return MemoryZoneState(self.store)
-        if self.config.spec.store.redis is not None:
-            from gateway.store.redis.inspect import RedisZoneState
-
-            return RedisZoneState(lambda: self.config.spec)
-        return None
-
     def status(self) -> dict[str, Any]:
-        return node_status(self.config, self.store, self.banlist, self.bans)
+        return node_status(self.config, self.store, self.banlist, self.node.bans if self.node is not None else None)
+
+    def serving(self) -> bool:
+        """Listening and not shutting down (``/readyz``)."""
+        return bool(self.bound_addresses) and not self._stopping
 
     def snapshot(self) -> dict[str, Any]:
         """This process's part of ``GET /status/activity`` (a worker's answer to its master)."""
@@ -224,12 +194,8 @@ class GatewayServer:
                 await self.runner.cleanup()
             if self.stats_client is not None:  # after the last request: its counts go to the master
                 await self.stats_client.close()
-            if self.metrics_runner is not None:
-                await self.metrics_runner.cleanup()
-            if self.admin is not None:
-                await self.admin.close()
-            if self.bans is not None:
-                await self.bans.close()
+            if self.node is not None:  # the metrics listener, the admin API, the bans
+                await self.node.close()
             if self._expiry is not None:
                 self._expiry.cancel()
             await self.upstreams.close()
@@ -330,22 +296,6 @@ async def _close_later(pools: list[UpstreamPool]) -> None:
         await asyncio.sleep(1.0)
     for pool in pools:
         await pool.close()
-
-
-def node_status(
-    config: CompiledConfig, store: Store | None, banlist: BanList, bans: LocalBans | RedisBans | None = None
-) -> dict[str, Any]:
-    """What /status reports about this node's limits."""
-    status: dict[str, Any] = {
-        "store": store.kind if store is not None else "redis",  # None: a master of Redis-backed workers
-        "routes": len(config.routes),
-        "bans": len(banlist),
-    }
-    if bans is not None:
-        status["ban_list"] = bans.status()  # count, and when it was last known current
-    if store is not None:
-        status.update(store.status())
-    return status
 
 
 def restart_note(key: str) -> str:

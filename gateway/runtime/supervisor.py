@@ -30,23 +30,21 @@ import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from gateway.admin.api import ReloadReply, serve_admin
+from gateway.admin.api import ReloadReply
 from gateway.background import spawn
-from gateway.bans.local import BanList, LocalBans, RedisBans
+from gateway.bans.local import BanList, LocalBans
 from gateway.config.overrides import Overrides
 from gateway.errors import ConfigErrors
 from gateway.logs import error as errorlog
 from gateway.metrics import MetricsHub, channel
 from gateway.metrics.activity import ConfigInfo, merge, retire_snapshot, worker_snapshots
 from gateway.metrics.channel import STATS_ENV, StatsServer
-from gateway.metrics.endpoint import serve_metrics
 from gateway.plan.compiled import CompiledConfig
 from gateway.runtime.listeners import BindFailed, check_bindable
-from gateway.runtime.node import open_bans
+from gateway.runtime.node import Node, node_status
 from gateway.runtime.offloop import load_config_off_loop, release_off_loop
-from gateway.runtime.server import node_status, restart_note
+from gateway.runtime.server import restart_note
 from gateway.store import SOCKET_ENV
-from gateway.store.inspect import MemoryZoneState, ZoneState
 from gateway.store.memory import MemoryStore
 from gateway.store.shared import SharedStoreServer
 
@@ -73,7 +71,7 @@ class Supervisor:
         self.retiring: set[asyncio.subprocess.Process] = set()  # SIGTERMed by a reload; not restarted
         self.store: MemoryStore | None = None
         self.banlist = BanList()
-        self._bans: LocalBans | RedisBans | None = None
+        self.node: Node | None = None  # the bans, the admin API and the metrics listener
         self._tmpdir = ""
         self.metrics: MetricsHub | None = None
         self.stopping = False
@@ -86,7 +84,7 @@ class Supervisor:
     async def run(self) -> int:
         shared = None
         spec = self.config.spec
-        bans = self._bans = open_bans(spec, None, self.banlist, follow=False)
+        node = self.node = Node(spec, None, self.banlist, follow=False)
         self._tmpdir = tempfile.mkdtemp(prefix="gateway-")
         # The workers' stats (for /metrics), in both store modes.
         stats = StatsServer(os.path.join(self._tmpdir, "stats.sock"))
@@ -104,53 +102,28 @@ class Supervisor:
             shared = SharedStoreServer(self.store, path)
             await shared.start()
             self.extra_env[SOCKET_ENV] = path
-            if isinstance(bans, LocalBans):
-                bans.listeners.append(shared.push_bans)
-        if bans is not None:
-            await bans.start()
-        admin = None
-        if bans is not None and spec.admin.listen is not None:
-            admin = await serve_admin(
-                spec,
-                bans,
-                self.reload,
-                self.status,
-                config=lambda: self.config.spec,
-                serving=lambda: bool(self.workers) and not self.stopping,
-                activity=self.activity_status,
-                zone_state=self._zone_state(),
-                metrics=self.metrics.render,
-            )
-        metrics_runner = None
-        if spec.metrics.listen is not None:
-            metrics_runner = await serve_metrics(spec.metrics.listen, self.metrics)
+            if isinstance(node.bans, LocalBans):
+                node.bans.listeners.append(shared.push_bans)
+        await node.start(self, self.metrics)
         try:
             return await self._run()
         finally:
-            if metrics_runner is not None:
-                await metrics_runner.cleanup()
-            if admin is not None:
-                await admin.close()
-            if bans is not None:
-                await bans.close()
+            await node.close()  # the metrics listener, the admin API, the bans
             if shared is not None:
                 await shared.close()
             await stats.close()
             shutil.rmtree(self._tmpdir, ignore_errors=True)
 
-    def _zone_state(self) -> ZoneState | None:
-        if self.store is not None:
-            return MemoryZoneState(self.store)
-        from gateway.store.redis.inspect import RedisZoneState
-
-        return RedisZoneState(lambda: self.config.spec)
-
     def status(self) -> dict[str, Any]:
-        status = node_status(self.config, self.store, self.banlist, self._bans)
+        status = node_status(self.config, self.store, self.banlist, self.node.bans if self.node is not None else None)
         status["workers"] = sorted(proc.pid for proc in self.workers.values())
         if self.config.spec.store.redis is not None:
             status["store"] = "redis"
         return status
+
+    def serving(self) -> bool:
+        """Workers are running and the master is not stopping (``/readyz``)."""
+        return bool(self.workers) and not self.stopping
 
     async def activity_status(self) -> dict[str, Any]:
         """``GET /status/activity`` for the node: the workers' snapshots merged, plus the config."""

@@ -21,7 +21,7 @@ import hashlib
 from functools import cache
 from importlib import resources
 
-from gateway.errors import GatewayError
+from gateway.errors import ScriptsMissing
 from gateway.limits.registry import algo_types
 
 PACKAGE = "gateway.lua"
@@ -29,10 +29,6 @@ ENTRY = "--#entry"
 INCLUDE = "--#include "
 ALGOS = "--#algos"
 SCRIPTS = ("batch.lua", "undo.lua")  # the ones the store sends to Redis
-
-
-class ScriptsMissing(GatewayError):
-    """The installed gateway has no Lua scripts: a packaging fault, not a Redis outage."""
 
 
 def read(name: str) -> str:
