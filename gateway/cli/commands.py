@@ -273,6 +273,10 @@ async def _serve(
         errorlog.log.critical("could not start listening: %s" if isinstance(exc, OSError) else "%s", exc)
         await server.stop()
         return 1
+    if not in_worker:  # systemd's Type=notify: started once it listens (a worker's master says it)
+        from gateway.runtime import notify
+
+        notify.ready("serving on " + ", ".join(f"{host}:{port}" for host, port in server.bound_addresses))
     try:
         server.install_signal_handlers()
         if in_worker:

@@ -1,6 +1,10 @@
 """``zones:``: the named rate and connection limits, each with a type, a key and the type's
 parameters; and the tables of which keys each zone type takes, in ``zones:`` and in a route's
 ``limits:`` list.
+
+A key with no variable gives every client one bucket. That is what a site-wide limit wants, and
+what a forgotten ``$`` (``key: binary_remote_addr``) does by mistake: ``key: global`` says it is
+meant (``GLOBAL_KEY``); any other key without a variable is kept as written, with a warning.
 """
 
 from __future__ import annotations
@@ -12,7 +16,15 @@ from typing import Any, Literal
 from gateway.config.reader import Reader, duration_ms, int_in, one_of, positive_duration_ms, zone_size
 from gateway.config.units import PeriodRate, Rate, parse_period_rate, parse_rate
 from gateway.errors import KeyPath
-from gateway.http.keys import ADDRESS_VARIABLES, DEFAULT_MAX_KEY, MAX_MAX_KEY, MIN_MAX_KEY, KeyTemplate, parse_key
+from gateway.http.keys import (
+    ADDRESS_VARIABLES,
+    DEFAULT_MAX_KEY,
+    MAX_MAX_KEY,
+    MIN_MAX_KEY,
+    KeyTemplate,
+    is_variable_name,
+    parse_key,
+)
 from gateway.limits.gcra import MAX_SPAN_NS as GCRA_MAX_SPAN_NS
 from gateway.limits.sliding_count import MAX_PRODUCT as SLIDING_MAX_PRODUCT
 
@@ -21,6 +33,7 @@ ZoneType = Literal["req", "count", "conn", "gcra", "sliding_log", "token"]
 ALGO_TYPES = ("gcra", "sliding_log", "token")  # zones used only through a route's limits: list
 NGINX_MIN_ZONE = 32 * 1024
 MAX_BURST = 2**31 - 1  # burst and delay: x1000 they stay exact in the 42 bits of excess
+GLOBAL_KEY = "global"  # the key of a zone meant to have one bucket for every client
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +116,8 @@ def parse_zones(r: Reader, value: Any, path: KeyPath) -> ZoneTable:
         if data is None:
             continue
         key = r.field(data, "key", zpath, parse_key)
+        if key is not None and not key.variables and key.source != GLOBAL_KEY:
+            r.warn(zpath + ("key",), constant_key_warning(key))
         zone_bytes = r.field(data, "size", zpath, zone_size, 10 * 1024 * 1024)
         if zone_bytes is not None and zone_bytes < NGINX_MIN_ZONE:
             r.error(zpath + ("size",), f'zone "{name}" is too small: at least 32k, like nginx')
@@ -152,6 +167,17 @@ def parse_zones(r: Reader, value: Any, path: KeyPath) -> ZoneTable:
         )
     out.refused = frozenset(name for name in out.refused if name not in out)
     return out
+
+
+def constant_key_warning(key: KeyTemplate) -> str:
+    """What ``gateway check`` says about a key with no variable other than ``global``."""
+    text = key.source.strip()
+    typo = text.lstrip("{").rstrip("}")
+    hint = f'did you mean "${typo}"? ' if is_variable_name(typo) else ""
+    return (
+        f"key {key.source!r} has no variable, so every client shares one bucket; "
+        f"{hint}write key: {GLOBAL_KEY} if one bucket for all is meant"
+    )
 
 
 def _algo_zone(r: Reader, data: dict[str, Any], zpath: KeyPath, ztype: str) -> dict[str, Any] | None:

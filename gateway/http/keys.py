@@ -75,6 +75,12 @@ class KeyTemplate:
         return self.source
 
 
+def is_variable_name(name: str) -> bool:
+    """``name`` (without its ``$``) is a variable a key may use: ``binary_remote_addr``,
+    ``http_x_api_key``, ..."""
+    return name in _SIMPLE or (name.startswith(_PREFIXED) and len(name) > len(name.split("_", 1)[0]) + 1)
+
+
 def parse_key(value: object) -> KeyTemplate:
     """Parse a key template; raise ValueError naming an unknown variable like nginx does."""
     if not isinstance(value, str) or not value:
@@ -85,7 +91,7 @@ def parse_key(value: object) -> KeyTemplate:
         if match.start() > pos:
             parts.append(("lit", value[pos : match.start()]))
         name = match.group(1) or match.group(2)
-        if name not in _SIMPLE and not (name.startswith(_PREFIXED) and len(name) > len(name.split("_", 1)[0]) + 1):
+        if not is_variable_name(name):
             raise ValueError(f'unknown "{name}" variable')
         parts.append(("var", name))
         pos = match.end()

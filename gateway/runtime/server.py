@@ -15,6 +15,9 @@ Lifecycle:
 * SIGTERM / SIGINT: stop accepting, close idle keep-alive connections, let
   in-flight requests finish up to ``shutdown_timeout``, then cancel the rest;
 * SIGUSR1: reopen log files, like ``nginx -s reopen``.
+
+Under systemd (``Type=notify``) the single serving process reports a reload and a drain
+(``notify.py``); the command that starts it reports readiness once it listens.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from gateway.pipeline import Pipeline
 from gateway.pipeline.limiting import Limiter
 from gateway.plan.compiled import CompiledConfig
 from gateway.proxy.upstream import UpstreamPool, Upstreams
+from gateway.runtime import notify
 from gateway.runtime.listeners import BACKLOG, BindFailed, Listeners, describe
 from gateway.runtime.node import Node, node_status
 from gateway.runtime.offloop import load_config_off_loop, release_off_loop
@@ -181,6 +185,7 @@ class GatewayServer:
         if self._stopping:
             return
         self._stopping = True
+        notify.stopping()
         log.log(
             errorlog.NOTICE,
             "shutting down gracefully (up to %ss for requests in flight)",
@@ -207,6 +212,21 @@ class GatewayServer:
     # -- reload ------------------------------------------------------------------------------
     async def reload(self) -> ReloadReply:
         """Load the config file again; returns (errors, notes): no errors means it is in force.
+
+        systemd hears RELOADING=1 first and READY=1 once it is over, whatever its outcome (a
+        failed reload keeps serving the running configuration).
+        """
+        notify.reloading()
+        errors: list[str] = ["reload did not finish"]
+        try:
+            errors, notes = await self._reload()
+            return errors, notes
+        finally:
+            if not self._stopping:
+                notify.ready(reload_status(errors))
+
+    async def _reload(self) -> ReloadReply:
+        """The reload itself.
 
         Parsing and compiling run in a worker thread; new listeners are bound before anything
         changes (a bind failure keeps the running configuration); the swap (``apply``) runs on
@@ -296,6 +316,13 @@ async def _close_later(pools: list[UpstreamPool]) -> None:
         await asyncio.sleep(1.0)
     for pool in pools:
         await pool.close()
+
+
+def reload_status(errors: list[str]) -> str:
+    """systemd's STATUS= after a reload (``systemctl status`` shows it)."""
+    if errors:
+        return "reload failed, running the previous configuration: see the error log"
+    return "serving; configuration reloaded"
 
 
 def restart_note(key: str) -> str:

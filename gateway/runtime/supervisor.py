@@ -17,6 +17,9 @@ modes it asks the workers for their metrics when it is scraped
 * SIGUSR1: workers reopen their logs.
 
 A worker that dies is restarted ("worker process 1234 exited with code 1").
+
+Under systemd (``Type=notify``) the master alone speaks to it (``notify.py``): READY=1 once
+every worker is started, RELOADING=1 ... READY=1 around a reload, STOPPING=1 at the stop.
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ from gateway.metrics import MetricsHub, channel
 from gateway.metrics.activity import ConfigInfo, merge, retire_snapshot, worker_snapshots
 from gateway.metrics.channel import STATS_ENV, StatsServer
 from gateway.plan.compiled import CompiledConfig
+from gateway.runtime import notify
 from gateway.runtime.listeners import BindFailed, check_bindable
 from gateway.runtime.node import Node, node_status
 from gateway.runtime.offloop import load_config_off_loop, release_off_loop
-from gateway.runtime.server import restart_note
+from gateway.runtime.server import reload_status, restart_note
 from gateway.store import SOCKET_ENV
 from gateway.store.memory import MemoryStore
 from gateway.store.shared import SharedStoreServer
@@ -141,11 +145,13 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGUSR1, lambda: self._signal_all(signal.SIGUSR1))
         for index in range(self.count):
             await self._spawn(index)
+        if not self.stopping:
+            notify.ready(f"serving with {self.count} workers")
         await self.done.wait()
         return 0
 
     async def _spawn(self, index: int) -> None:
-        env = dict(os.environ)
+        env = notify.child_environment(dict(os.environ))
         env.update(self.extra_env)
         env["GATEWAY_WORKER_INDEX"] = str(index)
         proc = await asyncio.create_subprocess_exec(
@@ -189,6 +195,7 @@ class Supervisor:
         if self.stopping:
             return
         self.stopping = True
+        notify.stopping()
         log.log(errorlog.NOTICE, "stopping %d worker processes", len(self.workers))
         self._signal_all(signal.SIGTERM)
         if not self.workers and not self.retiring:
@@ -203,6 +210,17 @@ class Supervisor:
             self._signal_all(signal.SIGKILL)
 
     async def reload(self) -> ReloadReply:
+        """Reload the node (``_reload``), between RELOADING=1 and READY=1 for systemd."""
+        notify.reloading()
+        errors: list[str] = ["reload did not finish"]
+        try:
+            errors, notes = await self._reload()
+            return errors, notes
+        finally:
+            if not self.stopping:
+                notify.ready(reload_status(errors))
+
+    async def _reload(self) -> ReloadReply:
         try:  # parsed in a worker thread: the loop keeps serving the workers' limit state
             fresh = await load_config_off_loop(self.config_path, self.overrides)
         except ConfigErrors as exc:
