@@ -1,6 +1,6 @@
 """The top-level client-connection settings (nginx's names and defaults): ``worker_connections``,
 ``client_header_timeout``, ``keepalive_timeout``, ``send_timeout``, ``max_connections_per_ip``,
-``large_client_header_buffers`` and ``server_tokens``.
+``large_client_header_buffers``, ``server_tokens`` and ``underscores_in_headers``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class EdgeSpec:
     header_buffers: int = 4  # large_client_header_buffers 4 8k
     header_buffer_size: int = 8192
     server_tokens: bool = False
+    underscores_in_headers: bool = False  # nginx's default: a name with "_" is not passed on
 
 
 EDGE_KEYS = (
@@ -33,6 +34,7 @@ EDGE_KEYS = (
     "max_connections_per_ip",
     "large_client_header_buffers",
     "server_tokens",
+    "underscores_in_headers",
 )
 
 
@@ -61,6 +63,7 @@ def parse_edge(r: Reader, data: dict[str, Any]) -> EdgeSpec:
         header_buffers=buffers,
         header_buffer_size=buffer_size,
         server_tokens=bool(r.field(data, "server_tokens", (), as_bool, False)),
+        underscores_in_headers=bool(r.field(data, "underscores_in_headers", (), as_bool, False)),
     )
 
 

@@ -7,6 +7,13 @@
   ``X-Forwarded-Host`` and ``X-Real-IP`` are set. Forwarding headers that arrive
   from a peer outside ``real_ip.from`` are not trusted: they are replaced, not
   extended.
+* Headers that name the client or the original URL (``Forwarded``, ``True-Client-IP``,
+  ``X-Client-IP``, ``X-Cluster-Client-IP``, ``X-Original-URL``, ``X-Rewrite-URL``) are not
+  passed on: a backend that believes them could be told any client or any path. A route
+  that wants one sets it itself, as in nginx: ``proxy_set_header: {Forwarded: $http_forwarded}``.
+  A name with ``_`` is not passed on either (nginx's ``underscores_in_headers off``: to a
+  backend that maps ``_`` and ``-`` alike, ``X_Forwarded_For`` is ``X-Forwarded-For``),
+  unless ``underscores_in_headers: on``.
 * WebSocket: the handshake gets our ``Connection: upgrade`` and ``Upgrade: websocket``
   (the client's Sec-WebSocket-* pass as they are); the upstream's 101 keeps all its
   end-to-end headers and gets ``Upgrade`` and ``Connection: upgrade`` back.
@@ -40,6 +47,18 @@ HOP_BY_HOP = frozenset(
 _REQUEST_REPLACED = frozenset(
     h.lower() for h in ("Host", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-IP", "Expect")
 )
+
+
+# Named by the client about itself or about the URL: never passed on as sent.
+CLIENT_NAMING = frozenset(
+    ("forwarded", "true-client-ip", "x-client-ip", "x-cluster-client-ip", "x-original-url", "x-rewrite-url")
+)
+_underscores = [False]  # underscores_in_headers, set from the configuration (set_underscores_in_headers)
+
+
+def set_underscores_in_headers(on: bool) -> None:
+    """nginx's ``underscores_in_headers``: whether a header name with ``_`` is passed to upstreams."""
+    _underscores[0] = on
 
 
 def connection_tokens(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> frozenset[str]:
@@ -79,7 +98,9 @@ def _upstream_fields(
                 elif lname == "x-forwarded-host" and not forwarded_host:
                     forwarded_host = item[1]
             continue
-        if lname in skip or (named and lname in named):
+        if lname in skip or (named and lname in named) or lname in CLIENT_NAMING:
+            continue
+        if "_" in lname and not _underscores[0]:
             continue
         fields.append(item)
     fields.append(("Host", host_override or host))

@@ -51,6 +51,7 @@ from gateway.metrics.stats import STATS
 from gateway.pipeline import Pipeline
 from gateway.pipeline.limiting import Limiter
 from gateway.plan.compiled import CompiledConfig
+from gateway.proxy.headers import set_underscores_in_headers
 from gateway.proxy.upstream import UpstreamPool, Upstreams
 from gateway.runtime import notify
 from gateway.runtime.listeners import BACKLOG, BindFailed, Listeners, describe
@@ -109,6 +110,7 @@ class GatewayServer:
             await self.stats_client.start()
         self.upstreams.update(dict(self.config.spec.upstreams))
         set_server_tokens(self.config.spec.edge.server_tokens)
+        set_underscores_in_headers(self.config.spec.edge.underscores_in_headers)
         self.edge = EdgeServer(
             self.pipeline.handle,
             edge_settings(self.config.spec),
@@ -284,6 +286,7 @@ class GatewayServer:
         if self.edge is not None:
             self.edge.configure(edge_settings(new))
             set_server_tokens(new.edge.server_tokens)
+            set_underscores_in_headers(new.edge.underscores_in_headers)
         for address, listener in self.tls_listeners.items():
             table = fresh.tls.get(address)
             if table is not None:  # new certificates for the next handshakes; live connections keep theirs
