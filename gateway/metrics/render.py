@@ -26,7 +26,10 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "gateway_redis_calls_total": ("Redis calls of the request path, by outcome", ("outcome",)),
     "gateway_request_duration_seconds": ("Time from the request to the end of the response", ("route",)),
-    "gateway_upstream_duration_seconds": ("Time spent with the upstream ($upstream_response_time)", ("upstream",)),
+    "gateway_upstream_duration_seconds": (
+        "Time spent with the upstream ($upstream_response_time; for a WebSocket, its handshake up to the 101)",
+        ("upstream",),
+    ),
     "gateway_limit_delay_seconds": ("Delays imposed by limit_req (and token) zones", ("zone",)),
     "gateway_redis_call_duration_seconds": ("Duration of Redis calls of the request path", ()),
     "gateway_connections": ("Client connections: active = busy + idle (keep-alive or reading a header)", ("state",)),

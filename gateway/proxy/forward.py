@@ -10,13 +10,9 @@
   gets every byte as soon as it can take it. With ``off`` (or the upstream's
   ``X-Accel-Buffering: no``) a slow client holds the upstream back. Small
   responses with a known length are read whole and written at once.
-* ``proxy_next_upstream error timeout``: a connect failure or connect timeout moves
-  on to the next server for any method (nothing was sent). An error or timeout
-  after the request went out is retried only for idempotent requests whose body
-  can be sent again (none, or a buffered one). Failures feed the balancer's
-  ``max_fails``. A pooled connection the upstream had already closed is
-  replaced once, without counting as a failure (the upstream's keep-alive ended,
-  the server is fine).
+* ``proxy_next_upstream error timeout``: which servers are tried, when a failed
+  try moves on, and what is recorded about them is ``nextupstream.py``'s, shared
+  with WebSocket handshakes.
 * Outcomes: refused/down -> 502 at once; timeout -> 504; body over
   ``client_max_body_size`` -> 413; body too slow (``client_body_timeout``,
   ``client_body_deadline``) -> 408; no room for a buffered body -> 500.
@@ -24,9 +20,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
@@ -34,10 +28,11 @@ from multidict import CIMultiDictProxy
 from gateway.http import responses
 from gateway.http.context import RequestContext
 from gateway.logs import error as errorlog
-from gateway.metrics.stats import STATS
 from gateway.proxy.balancer import Peer
+from gateway.proxy.clientbody import BodyTooLarge, ClientBodyError, ClientBodyTimeout, RequestBody
 from gateway.proxy.headers import request_head
-from gateway.proxy.http1 import Connection, ReadTimedOut, ResponseHead, StaleConnection, UpstreamFailure
+from gateway.proxy.http1 import ResponseHead, UpstreamFailure
+from gateway.proxy.nextupstream import NextUpstream
 from gateway.proxy.respond import Head, ProxiedResponse, send, writer_of
 from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy, RequestSpool, ResponseSpool
@@ -45,75 +40,7 @@ from gateway.proxy.upstream import UpstreamPool
 
 BUFFER_LIMIT = 256 * 1024  # a response with a Content-Length up to this is read whole, then written at once
 DEFAULT_BUFFERS = BufferPolicy()
-NON_IDEMPOTENT = frozenset({"POST", "LOCK", "PATCH"})
 _NO_BODY_STATUS = frozenset({204, 304})
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-class ClientBodyError(Exception):
-    pass
-
-
-class ClientBodyTimeout(ClientBodyError):
-    pass
-
-
-class RequestBody:
-    """The client's body as an async iterator that counts bytes and knows if it was touched.
-
-    ``timeout`` bounds the wait between two reads (nginx's ``client_body_timeout``),
-    ``deadline`` the whole body from its first read (0: none)."""
-
-    def __init__(self, request: web.BaseRequest, limit: int, timeout: float, deadline: float = 0.0) -> None:
-        self.request = request
-        self.limit = limit
-        self.timeout = timeout
-        self.deadline = deadline
-        self.started = False
-        self.received = 0
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        self.started = True
-        limit = self.limit
-        content = self.request.content
-        ends = time.monotonic() + self.deadline if self.deadline > 0 else None
-        try:
-            if self.request.headers.get("Expect", "").lower() == "100-continue":
-                version = self.request.version
-                await self.request.writer.write(f"HTTP/{version.major}.{version.minor} 100 Continue\r\n\r\n".encode())
-            while True:
-                wait = self.timeout
-                if ends is not None:
-                    wait = min(wait, ends - time.monotonic())
-                try:
-                    async with asyncio.timeout(max(wait, 0.0)):
-                        chunk = await content.readany()
-                except TimeoutError:
-                    if wait < self.timeout:
-                        raise ClientBodyTimeout(
-                            f"client did not send the whole body within {self.deadline:g}s"
-                        ) from None
-                    raise ClientBodyTimeout(f"client timed out ({self.timeout:g}s) while sending the body") from None
-                if not chunk:
-                    return
-                self.received += len(chunk)
-                if limit and self.received > limit:
-                    raise BodyTooLarge()
-                yield chunk
-        except ClientBodyTimeout:
-            raise
-        except (ConnectionError, OSError) as exc:
-            raise ClientBodyError(str(exc)) from exc
-        except Exception as exc:  # aiohttp's payload errors (truncated or malformed chunked body)
-            if isinstance(exc, BodyTooLarge):
-                raise
-            raise ClientBodyError(str(exc)) from exc
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._chunks()
 
 
 class SpoolFailed(Exception):
@@ -210,7 +137,7 @@ async def _forward(
     host = pool.spec.host or ctx.upstream_host  # an absolute-form target's authority
     per_peer = host is None and "Host" not in headers  # HTTP/1.0 without Host: each server's own
 
-    def head_for(host_override: str | None) -> bytes:
+    def head_with(host_override: str | None) -> bytes:
         return request_head(
             ctx.method,
             target,
@@ -225,66 +152,22 @@ async def _forward(
             set_fields=set_fields,
         )
 
-    head = b"" if per_peer else head_for(host)
-    method = ctx.method
-    tried: set[int] = set()
-    addrs: list[str] = []
-    statuses: list[str] = []
-    timed_out = False
-    started = time.monotonic()
-    balancer = pool.balancer
-    for _attempt in range(pool.max_tries):
-        peer = balancer.pick(tried)
-        if peer is None:
-            break
-        tried.add(peer.index)
-        addrs.append(peer.address)
-        if per_peer:
-            head = head_for(own_host(pool, peer))
-        try:
-            _, spool, response = await exchange(pool, peer, head, body, chunked, buffers, ctx)
-        except (BodyTooLarge, ClientBodyError) as exc:
-            ctx.upstream_addr = ", ".join(addrs)
-            return _body_failed(request, ctx, accept, exc, max_body)
-        except UpstreamFailure as exc:
-            timed_out = exc.timeout
-            statuses.append("504" if timed_out else "502")
-            exchange_failed(pool, peer, ctx, exc)
-            if exc.phase != "connect" and (method in NON_IDEMPOTENT or _consumed(body)):
-                break  # the request may have reached the upstream: replaying it is not safe (or possible)
-            continue
-        if isinstance(body, RequestSpool):
-            body.close()  # sent, and there is an answer: no retry will need it again
-        balancer.report(peer, failed=False)
-        statuses.append(str(response.status))
-        ctx.upstream_addr = ", ".join(addrs)
-        ctx.upstream_status = ", ".join(statuses)
-        try:
-            return await relay(request, ctx, spool, response, pool, extra_headers)
-        finally:
-            spool.close()
-            elapsed = time.monotonic() - started
-            ctx.upstream_time = f"{elapsed:.3f}"
-            STATS.upstream(pool.name, elapsed)
-    ctx.upstream_addr = ", ".join(addrs)
-    ctx.upstream_status = ", ".join(statuses)
-    if addrs:
-        elapsed = time.monotonic() - started
-        ctx.upstream_time = f"{elapsed:.3f}"
-        STATS.upstream(pool.name, elapsed)
-    else:
-        ctx.upstream_time = ""
-    if not addrs:
-        errorlog.request_event("error", ctx, f'no live upstreams while connecting to upstream "{pool.name}"')
-    return responses.error(504 if timed_out else 502, accept)
-
-
-def exchange_failed(pool: UpstreamPool, peer: Peer, ctx: RequestContext, exc: UpstreamFailure) -> None:
-    """Log an exchange that failed and count it against the server (nginx's max_fails)."""
-    ctx.upstream_addr = peer.address
-    errorlog.request_event("error", ctx, f"{exc} while talking to upstream")
-    if pool.balancer.report(peer, failed=True):
-        errorlog.log.warning('upstream server temporarily disabled: %s in upstream "%s"', peer.address, pool.name)
+    head = b"" if per_peer else head_with(host)
+    head_for = (lambda peer: head_with(own_host(pool, peer))) if per_peer else None
+    tries = NextUpstream(pool, ctx)
+    try:
+        answer = await tries.answer(head, body, chunked, buffers, head_for=head_for)
+    except (BodyTooLarge, ClientBodyError) as exc:
+        ctx.upstream_addr = ", ".join(tries.addrs)
+        return _body_failed(request, ctx, accept, exc, max_body)
+    if answer is None:
+        return tries.no_answer(accept)
+    _, spool, response = answer
+    try:
+        return await relay(request, ctx, spool, response, pool, extra_headers)
+    finally:
+        spool.close()
+        tries.finish()
 
 
 def own_host(pool: UpstreamPool, peer: Peer) -> str:
@@ -293,58 +176,6 @@ def own_host(pool: UpstreamPool, peer: Peer) -> str:
     default = 443 if pool.spec.scheme == "https" else 80
     host = f"[{spec.host}]" if ":" in spec.host else spec.host
     return host if spec.port == default else f"{host}:{spec.port}"
-
-
-def _consumed(body: RequestBody | RequestSpool | None) -> bool:
-    """A streamed body that was (partly) read cannot be sent again; a buffered one can."""
-    return isinstance(body, RequestBody) and body.started
-
-
-def _read_timed_out() -> Exception:
-    return ReadTimedOut("upstream timed out while reading the response body")
-
-
-def _spill_failed(exc: OSError, ctx: RequestContext) -> None:
-    errorlog.request_event(
-        "error", ctx, f"could not write the response to a temp file ({exc}); going on at the client's pace"
-    )
-
-
-async def exchange(
-    pool: UpstreamPool,
-    peer: Peer,
-    head: bytes,
-    body: RequestBody | RequestSpool | None,
-    chunked: bool,
-    buffers: BufferPolicy,
-    ctx: RequestContext,
-    *,
-    upgrade: bool = False,
-) -> tuple[Connection, ResponseSpool, ResponseHead]:
-    """Send the request on a pooled (or new) connection and read the response head;
-    the response body goes to the returned spool (``buffers``: the route's policy). With
-    ``upgrade`` (a WebSocket handshake) a 101 answer is the start of a tunnel on the
-    returned connection."""
-    peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
-    for attempt in range(2):
-        conn = await peer_pool.acquire(pool.connect_timeout, fresh=attempt > 0)
-        if upgrade:
-            conn.expect_upgrade()
-        spool = ResponseSpool(buffers, _read_timed_out, _spill_failed, ctx)
-        try:
-            await conn.send(head, body, chunked, pool.send_timeout, spool)
-            return conn, spool, await conn.read_head(pool.read_timeout)
-        except StaleConnection:
-            spool.abort()
-            spool.close()
-            if _consumed(body):
-                raise
-            continue  # the upstream had closed this idle connection: one more try, on a fresh one
-        except BaseException:
-            spool.abort()
-            spool.close()
-            raise
-    raise StaleConnection("upstream closed two connections in a row before answering")
 
 
 async def relay(

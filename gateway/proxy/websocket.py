@@ -15,13 +15,13 @@ Then, on the upstream's answer:
 * anything else (a redirect, a 401, a 503 ...): relayed whole, status, headers
   and body, like any proxied response. A redirect is never followed.
 
-A connect failure moves on to the next server and counts against it, as for
-plain requests.
+Which servers are tried, when a failure moves on, and what is recorded (the
+``$upstream_*`` variables, the error log, ``gateway_upstream_duration_seconds``: the
+handshake's time, up to the 101) is ``nextupstream.py``'s, as for plain requests.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -30,9 +30,10 @@ from multidict import CIMultiDict
 from gateway.http import responses
 from gateway.http.context import RequestContext
 from gateway.logs import error as errorlog
-from gateway.proxy.forward import DEFAULT_BUFFERS, exchange, exchange_failed, relay
+from gateway.proxy.forward import DEFAULT_BUFFERS, relay
 from gateway.proxy.headers import request_head, switch_response_headers
-from gateway.proxy.http1 import Connection, ResponseHead, UpstreamFailure
+from gateway.proxy.http1 import Connection, ResponseHead
+from gateway.proxy.nextupstream import NextUpstream
 from gateway.proxy.rewrite import UpstreamRewrite
 from gateway.proxy.spool import BufferPolicy
 from gateway.proxy.tunnel import End, Tunnel
@@ -84,44 +85,20 @@ async def forward_websocket(
         set_fields=set_fields,
         upgrade=True,
     )
-    balancer = pool.balancer
-    tried: set[int] = set()
-    addrs: list[str] = []
-    statuses: list[str] = []
-    timed_out = False
-    started = time.monotonic()
-    for _attempt in range(pool.max_tries):
-        peer = balancer.pick(tried)
-        if peer is None:
-            break
-        tried.add(peer.index)
-        addrs.append(peer.address)
-        try:
-            conn, spool, answer = await exchange(pool, peer, head, None, False, buffers, ctx, upgrade=True)
-        except UpstreamFailure as exc:
-            # nothing of the client's has been consumed: any server may be tried next
-            timed_out = exc.timeout
-            statuses.append("504" if timed_out else "502")
-            exchange_failed(pool, peer, ctx, exc)
-            continue
-        balancer.report(peer, failed=False)
-        statuses.append(str(answer.status))
-        ctx.upstream_addr = ", ".join(addrs)
-        ctx.upstream_status = ", ".join(statuses)
-        try:
-            if answer.status != 101:
-                return await relay(request, ctx, spool, answer, pool, extra_headers)
-            spool.close()  # a tunnel has no response body to spool
-            return await _tunnel(request, ctx, conn, answer, pool, extra_headers)
-        finally:
-            spool.close()
-            ctx.upstream_time = f"{time.monotonic() - started:.3f}"
-    ctx.upstream_addr = ", ".join(addrs)
-    ctx.upstream_status = ", ".join(statuses)
-    ctx.upstream_time = f"{time.monotonic() - started:.3f}" if addrs else ""
-    if not addrs:
-        errorlog.request_event("error", ctx, f'no live upstreams while connecting to upstream "{pool.name}"')
-    return responses.error(504 if timed_out else 502, accept)
+    tries = NextUpstream(pool, ctx)
+    answer = await tries.answer(head, None, False, buffers, upgrade=True)
+    if answer is None:
+        return tries.no_answer(accept)
+    conn, spool, response = answer
+    try:
+        if response.status != 101:
+            return await relay(request, ctx, spool, response, pool, extra_headers)
+        spool.close()  # a tunnel has no response body to spool
+        tries.switched()
+        return await _tunnel(request, ctx, conn, response, pool, extra_headers)
+    finally:
+        spool.close()
+        tries.finish()
 
 
 async def _tunnel(
