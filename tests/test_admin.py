@@ -8,7 +8,9 @@ import time
 
 import aiohttp
 
-from tests.helpers import Upstream, cli, free_port
+from tests.support.gateway import cli
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 
 def config(upstream: Upstream, admin_port: int, extra: str = "") -> object:

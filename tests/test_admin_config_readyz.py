@@ -8,7 +8,8 @@ import signal
 
 import aiohttp
 
-from tests.helpers import Upstream, free_port
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 ADMIN_TOKEN = "adm-Tok3n-never-shown"
 REDIS_PASSWORD = "hunter2-Redis-pw"

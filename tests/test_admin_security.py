@@ -22,8 +22,9 @@ import aiohttp
 import pytest
 
 from gateway.admin import token as admin_token
-from tests.helpers import Upstream, free_port
-from tests.helpers import cli as _cli
+from tests.support.gateway import cli as _cli
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 cli = functools.partial(_cli, timeout=20)  # a hung CLI fails these tests after 20 s
 

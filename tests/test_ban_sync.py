@@ -15,8 +15,8 @@ import redis.asyncio as aioredis
 
 from gateway.bans.redis import RedisBans
 from gateway.bans.table import Ban, BanList, epoch_ms
-from tests.ban_lists import mixed_blocklist
-from tests.helpers import free_port
+from tests.support.ban_lists import mixed_blocklist
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.redis]
 

@@ -13,7 +13,7 @@ from gateway.bans.policy import BanPolicy
 from gateway.bans.table import Ban, BanList, CidrSet, canonical_target, net_key
 from gateway.http.realip import parse_addr
 from gateway.plan import load_config_text
-from tests.ban_lists import mixed_blocklist, samples
+from tests.support.ban_lists import mixed_blocklist, samples
 
 
 def addr(text: str):  # type: ignore[no-untyped-def]

@@ -9,7 +9,9 @@ from typing import Any
 
 import aiohttp
 
-from tests.helpers import Upstream, cli, free_port
+from tests.support.gateway import cli
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 TOKEN = "bulk-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}

@@ -15,8 +15,10 @@ import pytest
 
 from gateway.bans.redis import RedisBans
 from gateway.bans.table import Ban, BanList, epoch_ms
-from tests.ban_lists import FREE_V4, FREE_V6, mixed_blocklist, samples
-from tests.helpers import Upstream, cli, free_port
+from tests.support.ban_lists import FREE_V4, FREE_V6, mixed_blocklist, samples
+from tests.support.gateway import cli
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 pytestmark = [pytest.mark.slow]
 

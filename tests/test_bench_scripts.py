@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 

@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import socket
-import threading
 import time
 import zlib
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -21,77 +18,15 @@ import pytest
 
 from gateway.errors import ConfigErrors
 from gateway.plan import load_config_text
-from tests.helpers import Gateway, basic_config, free_port, pattern, temp_fds
+from tests.support.config import basic_config
+from tests.support.gateway import Gateway, temp_fds
+from tests.support.upstreams import CountingUpstream, Handler, pattern
 
 MiB = 1024**2
 GiB = 1024**3
-Handler = Callable[["RawUpstream", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-class RawUpstream:
-    """An HTTP/1.1 upstream on a real socket, in its own thread, that counts what it accepts."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.port = free_port()
-        self.handler = handler
-        self.accepted = 0
-        self.finished_at: list[float] = []  # when a response was written whole
-        self.eof_at: list[float] = []  # when the gateway then closed the connection
-        self.bodies: list[bytes] = []
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-        self._server: asyncio.Server
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> RawUpstream:
-        self._thread.start()
-        assert self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._serve, "127.0.0.1", self.port, backlog=1024)
-        )
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _shutdown(self) -> None:
-        self._server.close()
-        current = asyncio.current_task()
-        pending = [task for task in asyncio.all_tasks() if task is not current]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            await self.handler(self, reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass  # the gateway went away, or the test is over
-        finally:
-            writer.close()
-
-    @staticmethod
-    async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-        head = await reader.readuntil(b"\r\n\r\n")
-        match = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
-        body = await reader.readexactly(int(match.group(1))) if match else b""
-        return head, body
-
-
-async def echo_length(up: RawUpstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def echo_length(up: CountingUpstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Answers every request with the size and checksum of its body, on a keep-alive connection."""
     while True:
         try:
@@ -107,7 +42,7 @@ async def echo_length(up: RawUpstream, reader: asyncio.StreamReader, writer: asy
 def big_response(size: int, extra_header: bytes = b"") -> Handler:
     """One response of ``size`` pattern bytes; then waits for the gateway to close (keepalive 0)."""
 
-    async def handle(up: RawUpstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(up: CountingUpstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await up.read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n" % (size, extra_header))
         block = pattern(MiB)
@@ -121,7 +56,7 @@ def big_response(size: int, extra_header: bytes = b"") -> Handler:
     return handle
 
 
-async def read_then_close(up: RawUpstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def read_then_close(up: CountingUpstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Takes the whole request, then closes without an answer (a crash after the request was sent)."""
     head, body = await up.read_request(reader)
     up.bodies.append(head + body)
@@ -157,7 +92,7 @@ async def open_request(port: int, head: bytes) -> tuple[asyncio.StreamReader, as
 
 
 async def test_500_trickling_bodies_hold_no_upstream_connection(gateway_factory):
-    with RawUpstream(echo_length) as up:
+    with CountingUpstream(echo_length) as up:
         # 500 clients from one address: lift the per-address connection cap, which is not under test here.
         gw = gateway_factory(
             lambda p: config(p, [up.address], "client_body_timeout: 10s", top="max_connections_per_ip: 0\n")
@@ -181,7 +116,7 @@ async def test_500_trickling_bodies_hold_no_upstream_connection(gateway_factory)
 
 
 async def test_with_request_buffering_off_trickling_bodies_do_hold_upstream_connections(gateway_factory):
-    with RawUpstream(echo_length) as up:
+    with CountingUpstream(echo_length) as up:
         gw = gateway_factory(lambda p: config(p, [up.address], "proxy_request_buffering: off"))
         head = b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\na"
         clients = await asyncio.gather(*(open_request(gw.port, head) for _ in range(20)))
@@ -201,7 +136,7 @@ async def test_a_body_beyond_client_body_buffer_size_goes_to_an_anonymous_temp_f
     temp_dir = tmp_path / "bodies"
     temp_dir.mkdir()
     body = pattern(3 * MiB)
-    with RawUpstream(echo_length) as up:
+    with CountingUpstream(echo_length) as up:
         gw = gateway_factory(
             lambda p: config(p, [up.address], "client_max_body_size: 0", top=f"temp_path: {temp_dir}\n")
         )
@@ -229,7 +164,7 @@ async def test_a_body_beyond_client_body_buffer_size_goes_to_an_anonymous_temp_f
 
 
 async def test_client_body_deadline_bounds_the_whole_body(gateway_factory):
-    with RawUpstream(echo_length) as up:
+    with CountingUpstream(echo_length) as up:
         gw = gateway_factory(lambda p: config(p, [up.address], "client_body_timeout: 5s", "client_body_deadline: 1s"))
         reader, writer = await open_request(gw.port, b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
         started = time.monotonic()
@@ -251,7 +186,7 @@ async def test_client_body_deadline_bounds_the_whole_body(gateway_factory):
 
 
 async def test_expect_100_continue_is_answered_before_the_body_is_read(gateway_factory):
-    with RawUpstream(echo_length) as up:
+    with CountingUpstream(echo_length) as up:
         gw = gateway_factory(lambda p: config(p, [up.address]))
         reader, writer = await open_request(
             gw.port, b"PUT /up HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
@@ -267,7 +202,7 @@ async def test_expect_100_continue_is_answered_before_the_body_is_read(gateway_f
 
 
 async def test_413_for_a_counted_body_before_any_upstream_connection(gateway_factory):
-    with RawUpstream(echo_length) as up:
+    with CountingUpstream(echo_length) as up:
         gw = gateway_factory(lambda p: config(p, [up.address], "client_max_body_size: 1k"))
         reader, writer = await open_request(
             gw.port,
@@ -281,7 +216,7 @@ async def test_413_for_a_counted_body_before_any_upstream_connection(gateway_fac
 
 @pytest.mark.parametrize(("method", "retried"), [("PUT", True), ("POST", False)])
 async def test_a_buffered_idempotent_request_is_retried_after_it_was_sent(gateway_factory, upstream, method, retried):
-    with RawUpstream(read_then_close) as broken:
+    with CountingUpstream(read_then_close) as broken:
         gw = gateway_factory(lambda p: config(p, [broken.address, upstream.address]))
         body = pattern(100_000)
         async with aiohttp.ClientSession() as session:
@@ -300,7 +235,7 @@ async def test_a_buffered_idempotent_request_is_retried_after_it_was_sent(gatewa
 
 @pytest.mark.parametrize("request_buffering", ["on", "off"])
 async def test_aborted_uploads_leave_no_unretrieved_future_in_the_error_log(gateway_factory, request_buffering):
-    with RawUpstream(echo_length) as up:
+    with CountingUpstream(echo_length) as up:
         gw = gateway_factory(lambda p: config(p, [up.address], f"proxy_request_buffering: {request_buffering}"))
         for _ in range(5):
             _, writer = await open_request(
@@ -340,7 +275,7 @@ async def test_a_slow_reader_holds_the_upstream_only_without_buffering(
     size = 10 * MiB
     temp_dir = tmp_path / "responses"
     temp_dir.mkdir()
-    with RawUpstream(big_response(size, header)) as up:
+    with CountingUpstream(big_response(size, header)) as up:
         gw = gateway_factory(lambda p: config(p, [up.address], setting, top=f"temp_path: {temp_dir}\n", keepalive=0))
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)  # a small window: a slow reader
@@ -372,7 +307,7 @@ async def test_a_slow_reader_holds_the_upstream_only_without_buffering(
 async def test_a_client_gone_mid_download_leaves_no_temp_file(gateway_factory, tmp_path):
     temp_dir = tmp_path / "responses"
     temp_dir.mkdir()
-    with RawUpstream(big_response(10 * MiB)) as up:
+    with CountingUpstream(big_response(10 * MiB)) as up:
         gw = gateway_factory(lambda p: config(p, [up.address], top=f"temp_path: {temp_dir}\n", keepalive=0))
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
@@ -394,7 +329,7 @@ async def test_a_client_gone_mid_download_leaves_no_temp_file(gateway_factory, t
 
 
 async def test_sse_still_flows_event_by_event_with_buffering_on(gateway_factory):
-    async def events(up: RawUpstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def events(up: CountingUpstream, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await up.read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         for i in range(3):
@@ -405,7 +340,7 @@ async def test_sse_still_flows_event_by_event_with_buffering_on(gateway_factory)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
-    with RawUpstream(events) as up:
+    with CountingUpstream(events) as up:
         gw = gateway_factory(lambda p: config(p, [up.address]))
         async with aiohttp.ClientSession() as session, session.get(gw.url + "/events") as resp:
             arrivals = []
@@ -421,7 +356,7 @@ async def test_sse_still_flows_event_by_event_with_buffering_on(gateway_factory)
 async def test_one_gib_download_to_a_slowish_client_spills_to_disk_with_bounded_rss(gateway_factory, tmp_path):
     temp_dir = tmp_path / "responses"
     temp_dir.mkdir()
-    with RawUpstream(big_response(GiB)) as up:
+    with CountingUpstream(big_response(GiB)) as up:
         gw = gateway_factory(lambda p: config(p, [up.address], top=f"temp_path: {temp_dir}\n", keepalive=0))
         expected = 1
         block = pattern(MiB)

@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 import redis
 
-from tests.helpers import ROOT, Upstream
+from tests.support.paths import ROOT
+from tests.support.upstreams import Upstream
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

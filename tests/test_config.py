@@ -11,7 +11,7 @@ import pytest
 from gateway.config.units import parse_duration_ms, parse_rate, parse_size
 from gateway.errors import ConfigErrors
 from gateway.plan import load_config
-from tests.helpers import ROOT
+from tests.support.paths import ROOT
 
 CASES = sorted((Path(__file__).parent / "config_cases").glob("*.yaml"))
 

@@ -22,7 +22,7 @@ from gateway.config.source import MAX_ERRORS, MAX_FILE_BYTES, parse_yaml, read_d
 from gateway.config.units import MAX_RATE, parse_rate, parse_size
 from gateway.errors import ConfigErrors
 from gateway.plan import load_config_text
-from tests.helpers import ROOT
+from tests.support.paths import ROOT
 
 BASE = "upstreams: {app: {servers: [127.0.0.1:9]}}\nroutes: [{location: /, upstream: app}]\n"
 

@@ -34,8 +34,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import ROOT, Upstream, free_port
-from tests.redis_procs import RedisServer
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
+from tests.support.redis_procs import RedisServer
+from tests.support.upstreams import Upstream
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

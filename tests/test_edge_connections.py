@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import RawUpstream, basic_config
+from tests.support.config import basic_config
+from tests.support.upstreams import HeadEchoUpstream
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +32,8 @@ def many_files() -> Iterator[None]:
 
 
 @pytest.fixture
-def raw_upstream() -> Iterator[RawUpstream]:
-    up = RawUpstream().start()
+def raw_upstream() -> Iterator[HeadEchoUpstream]:
+    up = HeadEchoUpstream().start()
     yield up
     up.stop()
 

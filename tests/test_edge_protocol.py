@@ -19,7 +19,9 @@ from collections.abc import Iterator
 import pytest
 
 from gateway import __version__
-from tests.helpers import RawUpstream, basic_config, free_port
+from tests.support.config import basic_config
+from tests.support.ports import free_port
+from tests.support.upstreams import HeadEchoUpstream
 
 
 def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
@@ -47,8 +49,8 @@ def body_of(response: bytes) -> bytes:
 
 
 @pytest.fixture
-def raw_upstream() -> Iterator[RawUpstream]:
-    up = RawUpstream().start()
+def raw_upstream() -> Iterator[HeadEchoUpstream]:
+    up = HeadEchoUpstream().start()
     yield up
     up.stop()
 

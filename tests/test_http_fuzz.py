@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import RawUpstream, basic_config
+from tests.support.config import basic_config
+from tests.support.upstreams import HeadEchoUpstream
 
 SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: a\r\nX-Fuzz-Id: smuggled\r\n\r\n"
 
@@ -117,10 +118,11 @@ def statuses(response: bytes) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def fuzz_target(tmp_path_factory) -> Iterator[tuple[int, RawUpstream, object]]:
-    from tests.helpers import Gateway, free_port
+def fuzz_target(tmp_path_factory) -> Iterator[tuple[int, HeadEchoUpstream, object]]:
+    from tests.support.gateway import Gateway
+    from tests.support.ports import free_port
 
-    upstream = RawUpstream().start()
+    upstream = HeadEchoUpstream().start()
     port = free_port()
     text = (
         basic_config(port, [upstream.address])

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gateway.nginxconf.parser import ParseError, parse_config, parse_text
-from tests.helpers import ROOT
+from tests.support.paths import ROOT
 
 CORPUS = Path(__file__).parent / "nginx_corpus"
 CONFIGS = sorted(CORPUS.glob("*/nginx.conf"))

@@ -8,38 +8,21 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 
 import aiohttp
 import pytest
 
-from tests.helpers import Upstream
+from tests.support.config import config
+from tests.support.http import get
+from tests.support.upstreams import Upstream
+
+TOP = "shutdown_timeout: 5s\nlog: {format: json}"
 
 
-def limited_config(upstream: Upstream, zones: str, route: str, extra: str = "") -> object:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-shutdown_timeout: 5s
-log: {{format: json}}
-zones:
-{zones}
-upstreams:
-  app: {{servers: [{upstream.address}], read_timeout: 5s}}
-routes:
-  - location: /
-    upstream: app
-{route}
-{extra}
-"""
-
-    return build
-
-
-async def get(session: aiohttp.ClientSession, url: str, **kwargs) -> tuple[int, dict[str, str], str, float]:
-    started = time.monotonic()
-    async with session.get(url, **kwargs) as resp:
-        body = await resp.text()
-        return resp.status, dict(resp.headers), body, time.monotonic() - started
+def limited_config(upstream: Upstream, zones: str, route: str, extra: str = "") -> Callable[[int], str]:
+    """The one route ``/`` with the limits under test, JSON access log, a 5 s upstream timeout."""
+    return config(upstream, top=TOP, zones=zones, upstream_options="read_timeout: 5s", route=route, extra=extra)
 
 
 async def test_delayed_requests_really_wait_and_overflow_is_rejected(gateway_factory, upstream):
@@ -51,7 +34,7 @@ async def test_delayed_requests_really_wait_and_overflow_is_rejected(gateway_fac
         )
     )
     async with aiohttp.ClientSession() as session:
-        results = await asyncio.gather(*(get(session, gw.url + "/echo") for _ in range(5)))
+        results = await asyncio.gather(*(get(gw.url + "/echo", session=session) for _ in range(5)))
     statuses = sorted(r[0] for r in results)
     assert statuses == [200, 200, 200, 200, 503]
     waits = sorted(r[3] for r in results if r[0] == 200)
@@ -81,8 +64,8 @@ async def test_disconnect_while_delayed_frees_everything(gateway_factory, upstre
         )
     )
     async with aiohttp.ClientSession() as session:
-        assert (await get(session, gw.url + "/echo"))[0] == 200
-        delayed = asyncio.ensure_future(get(session, gw.url + "/echo?delayed"))
+        assert (await get(gw.url + "/echo", session=session))[0] == 200
+        delayed = asyncio.ensure_future(get(gw.url + "/echo?delayed", session=session))
         await asyncio.sleep(0.3)
         delayed.cancel()  # the client goes away while the gateway holds the request
         with pytest.raises(asyncio.CancelledError):
@@ -94,7 +77,7 @@ async def test_disconnect_while_delayed_frees_everything(gateway_factory, upstre
     assert len(gone) == 1 and gone[0]["status"] == 499 and gone[0]["limit_req_status"] == "DELAYED"
     # no limit_conn slot was taken or leaked: a long request still gets the only slot
     async with aiohttp.ClientSession() as session:
-        status, _, _, _ = await get(session, gw.url + "/slow?ms=10")
+        status, _, _, _ = await get(gw.url + "/slow?ms=10", session=session)
     assert status == 200
 
 
@@ -107,20 +90,20 @@ async def test_limit_conn_slot_is_held_until_the_response_ends(gateway_factory, 
         )
     )
     async with aiohttp.ClientSession() as session:
-        holder = asyncio.ensure_future(get(session, gw.url + "/slow?ms=800"))
+        holder = asyncio.ensure_future(get(gw.url + "/slow?ms=800", session=session))
         await asyncio.sleep(0.3)
-        status, headers, _, _ = await get(session, gw.url + "/echo")
+        status, headers, _, _ = await get(gw.url + "/echo", session=session)
         assert status == 429
         assert headers["Retry-After"] == "1"
         assert (await holder)[0] == 200
-        assert (await get(session, gw.url + "/echo"))[0] == 200
+        assert (await get(gw.url + "/echo", session=session))[0] == 200
         # a client that aborts releases its slot
-        aborted = asyncio.ensure_future(get(session, gw.url + "/slow?ms=2000"))
+        aborted = asyncio.ensure_future(get(gw.url + "/slow?ms=2000", session=session))
         await asyncio.sleep(0.3)
         aborted.cancel()
         await asyncio.gather(aborted, return_exceptions=True)
         await asyncio.sleep(0.2)
-        assert (await get(session, gw.url + "/echo"))[0] == 200
+        assert (await get(gw.url + "/echo", session=session))[0] == 200
     log = gw.access_json()
     assert [e["limit_conn_status"] for e in log if e["status"] == 429] == ["REJECTED"]
     assert re.search(r'limiting connections by zone "conns"', gw.stderr())
@@ -137,7 +120,7 @@ async def test_limit_conn_slot_is_released_after_an_upstream_error(gateway_facto
     upstream.stop()  # every request now fails with 502
     async with aiohttp.ClientSession() as session:
         for _ in range(3):  # 502, never 503: each failed request gave its slot back
-            assert (await get(session, gw.url + "/echo"))[0] == 502
+            assert (await get(gw.url + "/echo", session=session))[0] == 502
 
 
 async def test_ratelimit_headers_on_success_and_rejection(gateway_factory, upstream):
@@ -151,14 +134,14 @@ async def test_ratelimit_headers_on_success_and_rejection(gateway_factory, upstr
         )
     )
     async with aiohttp.ClientSession() as session:
-        status, headers, _, _ = await get(session, gw.url + "/echo", headers={"X-Api-Key": "k1"})
+        status, headers, _, _ = await get(gw.url + "/echo", session=session, headers={"X-Api-Key": "k1"})
         assert status == 200
         assert headers["RateLimit-Policy"] == '"one";q=10;w=1, "quota";q=2;w=60'
         assert headers["RateLimit"] == '"one";r=5;t=0, "quota";r=1;t=60'
-        status, headers, _, _ = await get(session, gw.url + "/echo", headers={"X-Api-Key": "k1"})
+        status, headers, _, _ = await get(gw.url + "/echo", session=session, headers={"X-Api-Key": "k1"})
         assert headers["RateLimit"].endswith('"quota";r=0;t=60')
         status, headers, body, _ = await get(
-            session, gw.url + "/echo", headers={"X-Api-Key": "k1", "Accept": "application/json"}
+            gw.url + "/echo", session=session, headers={"X-Api-Key": "k1", "Accept": "application/json"}
         )
         assert status == 429
         assert headers["Retry-After"] in ("59", "60")
@@ -169,7 +152,7 @@ async def test_ratelimit_headers_on_success_and_rejection(gateway_factory, upstr
             "retry_after": int(headers["Retry-After"]),
         }
         # no API key: the count limit does not apply, and its item is absent
-        status, headers, _, _ = await get(session, gw.url + "/echo")
+        status, headers, _, _ = await get(gw.url + "/echo", session=session)
         assert status == 200 and '"quota"' not in headers["RateLimit"]
     log = gw.access_json()
     assert [e["limit_count_status"] for e in log] == ["PASSED", "PASSED", "REJECTED", ""]
@@ -184,8 +167,8 @@ async def test_ratelimit_headers_can_be_switched_off(gateway_factory, upstream):
         )
     )
     async with aiohttp.ClientSession() as session:
-        _, ok_headers, _, _ = await get(session, gw.url + "/echo")
-        status, headers, _, _ = await get(session, gw.url + "/echo")
+        _, ok_headers, _, _ = await get(gw.url + "/echo", session=session)
+        status, headers, _, _ = await get(gw.url + "/echo", session=session)
     assert status == 503
     assert "RateLimit" not in ok_headers and "RateLimit-Policy" not in headers
     assert headers["Retry-After"] == "1"
@@ -200,7 +183,7 @@ async def test_dry_run_never_refuses_but_logs(gateway_factory, upstream):
         )
     )
     async with aiohttp.ClientSession() as session:
-        results = [await get(session, gw.url + "/echo") for _ in range(3)]
+        results = [await get(gw.url + "/echo", session=session) for _ in range(3)]
     assert [r[0] for r in results] == [200, 200, 200]
     assert all(r[3] < 0.5 for r in results)  # the computed 62.5 s delay is not applied
     assert [e["limit_req_status"] for e in gw.access_json()] == ["PASSED", "DELAYED_DRY_RUN", "REJECTED_DRY_RUN"]
@@ -218,14 +201,14 @@ async def test_access_lists(gateway_factory, upstream):
         )
     )
     async with aiohttp.ClientSession() as session:
-        assert [(await get(session, gw.url + "/echo"))[0] for _ in range(3)] == [
+        assert [(await get(gw.url + "/echo", session=session))[0] for _ in range(3)] == [
             200,
             200,
             200,
         ]  # allowed: never limited
     connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
     async with aiohttp.ClientSession(connector=connector) as session:
-        assert (await get(session, gw.url + "/echo"))[0] == 403
+        assert (await get(gw.url + "/echo", session=session))[0] == 403
     assert "access forbidden by rule" in gw.stderr()
 
 
@@ -237,8 +220,8 @@ async def test_reload_keeps_zone_state_and_a_bad_reload_keeps_the_old_config(gat
     )
     gw = gateway_factory(make)
     async with aiohttp.ClientSession() as session:
-        assert (await get(session, gw.url + "/echo"))[0] == 200
-        assert (await get(session, gw.url + "/echo"))[0] == 503
+        assert (await get(gw.url + "/echo", session=session))[0] == 200
+        assert (await get(gw.url + "/echo", session=session))[0] == 503
         # same zone and key, another status: the state survives, the new status applies
         gw.write_config(
             make(gw.port).replace(
@@ -246,11 +229,11 @@ async def test_reload_keeps_zone_state_and_a_bad_reload_keeps_the_old_config(gat
             )
         )
         gw.reload()
-        assert (await get(session, gw.url + "/echo"))[0] == 429
+        assert (await get(gw.url + "/echo", session=session))[0] == 429
         # a broken file: errors logged with their line, the running config stays
         gw.write_config(make(gw.port).replace("rate: 1r/m", "rate: 1.5r/m"))
         gw.reload()
-        assert (await get(session, gw.url + "/echo"))[0] == 429
+        assert (await get(gw.url + "/echo", session=session))[0] == 429
     assert re.search(
         r"reload failed, keeping the running configuration: .*limits\.yaml:\d+:\d+: zones\.one\.rate: invalid rate",
         gw.stderr(),
@@ -267,11 +250,11 @@ async def test_limits_count_the_whole_node_across_workers(gateway_factory, upstr
             "workers: 3\n",
         )
     )
-    await _all_workers_listening(gw, 3)
+    await gw.wait_workers(3)
     statuses = []
     for _ in range(30):  # a fresh connection each: the kernel spreads them over the workers
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            statuses.append((await get(session, gw.url + "/echo"))[0])
+            statuses.append((await get(gw.url + "/echo", session=session))[0])
     assert statuses.count(200) == 10 and statuses.count(429) == 20
     # the requests really came through several workers (their pids differ in the error log)
     pids = set(re.findall(r"\] (\d+)#0: limiting requests, count", gw.stderr()))
@@ -287,38 +270,27 @@ async def test_limit_conn_across_workers_and_a_dead_worker_frees_its_slots(gatew
             "workers: 2\n",
         )
     )
-    await _all_workers_listening(gw, 2)
+    await gw.wait_workers(2)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as holder_session:
-        holder = asyncio.ensure_future(get(holder_session, gw.url + "/slow?ms=3000"))
+        holder = asyncio.ensure_future(get(gw.url + "/slow?ms=3000", session=holder_session))
         await asyncio.sleep(0.5)
         for _ in range(6):  # whichever worker takes the connection, the node's one slot is taken
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-                assert (await get(session, gw.url + "/echo"))[0] == 503
+                assert (await get(gw.url + "/echo", session=session))[0] == 503
         # kill the workers (one of them holds the slot): the master gives their slots back
-        for pid in _worker_pids(gw):
+        for pid in gw.worker_pids():
             os.kill(pid, signal.SIGKILL)
         await asyncio.gather(holder, return_exceptions=True)
     deadline = time.monotonic() + 10
-    while len(_worker_pids(gw)) < 4 and time.monotonic() < deadline:  # two respawned workers
+    while len(gw.worker_pids()) < 4 and time.monotonic() < deadline:  # two respawned workers
         await asyncio.sleep(0.1)
     await asyncio.sleep(0.3)
     ok = 0
     for _ in range(4):
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            ok += (await get(session, gw.url + "/echo"))[0] == 200
+            ok += (await get(gw.url + "/echo", session=session))[0] == 200
     assert ok == 4
     assert "exited on signal 9" in gw.stderr()
-
-
-async def _all_workers_listening(gw, count: int) -> None:
-    deadline = time.monotonic() + 20
-    while len(_worker_pids(gw)) < count:
-        assert time.monotonic() < deadline, gw.stderr()
-        await asyncio.sleep(0.05)
-
-
-def _worker_pids(gw) -> list[int]:
-    return sorted({int(p) for p in re.findall(r"\] (\d+)#0: listening on", gw.stderr())})
 
 
 async def test_keys_from_non_latin_1_headers_work_and_stay_distinct(gateway_factory, upstream):
@@ -330,9 +302,9 @@ async def test_keys_from_non_latin_1_headers_work_and_stay_distinct(gateway_fact
         )
     )
     async with aiohttp.ClientSession() as session:
-        assert (await get(session, gw.url + "/echo", headers={"Cookie": "user=日本"}))[0] == 200
-        assert (await get(session, gw.url + "/echo", headers={"Cookie": "user=中国"}))[0] == 200  # another key
-        assert (await get(session, gw.url + "/echo", headers={"Cookie": "user=日本"}))[0] == 503
+        assert (await get(gw.url + "/echo", session=session, headers={"Cookie": "user=日本"}))[0] == 200
+        assert (await get(gw.url + "/echo", session=session, headers={"Cookie": "user=中国"}))[0] == 200  # another key
+        assert (await get(gw.url + "/echo", session=session, headers={"Cookie": "user=日本"}))[0] == 503
 
 
 async def test_a_request_waiting_out_a_delay_survives_a_reload_that_renames_its_upstream(gateway_factory, upstream):
@@ -343,8 +315,8 @@ async def test_a_request_waiting_out_a_delay_survives_a_reload_that_renames_its_
     )
     gw = gateway_factory(make)
     async with aiohttp.ClientSession() as session:
-        assert (await get(session, gw.url + "/echo"))[0] == 200
-        delayed = asyncio.ensure_future(get(session, gw.url + "/echo?waiting"))
+        assert (await get(gw.url + "/echo", session=session))[0] == 200
+        delayed = asyncio.ensure_future(get(gw.url + "/echo?waiting", session=session))
         await asyncio.sleep(0.3)
         gw.write_config(make(gw.port).replace("  app: {", "  renamed: {").replace("upstream: app", "upstream: renamed"))
         gw.reload(settle=0.2)

@@ -12,7 +12,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import Upstream, cli, free_port
+from tests.support.gateway import cli
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 TOKEN = "s3cret"
 BANNED_IP = "203.0.113.9"

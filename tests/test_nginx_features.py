@@ -7,7 +7,7 @@ import asyncio
 
 import aiohttp
 
-from tests.helpers import Upstream
+from tests.support.upstreams import Upstream
 
 
 async def fetch(url: str, method: str = "GET", **kwargs: object) -> tuple[int, aiohttp.typedefs.LooseHeaders, bytes]:
@@ -162,7 +162,7 @@ RETURN_ROUTES = """
 
 async def test_return_routes_answer_without_an_upstream(gateway_factory):
     # the only upstream is a closed port: a return route never touches it
-    from tests.helpers import free_port
+    from tests.support.ports import free_port
 
     dead = Upstream("dead")
     dead.port = free_port()

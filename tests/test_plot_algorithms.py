@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.helpers import ROOT
+from tests.support.paths import ROOT
 
 
 def test_committed_svg_is_current_and_the_table_adds_up(tmp_path):

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.helpers import ROOT, Upstream, cli, free_port
+from tests.support.gateway import cli
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 
 def config(upstream: Upstream, extra: str = "") -> object:

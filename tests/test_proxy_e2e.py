@@ -13,7 +13,10 @@ import zlib
 import aiohttp
 import pytest
 
-from tests.helpers import Upstream, basic_config, free_port, pattern, temp_fds
+from tests.support.config import basic_config
+from tests.support.gateway import temp_fds
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream, pattern
 
 GiB = 1024**3
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.helpers import ROOT
+from tests.support.paths import ROOT
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

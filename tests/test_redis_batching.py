@@ -19,7 +19,7 @@ from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
 from gateway.plan import load_config_text
 from gateway.store.redis import RedisStore
-from tests.interop.openresty import Monitor
+from tests.support.openresty import Monitor
 
 pytestmark = pytest.mark.redis
 

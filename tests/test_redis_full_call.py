@@ -14,7 +14,7 @@ from gateway.config.schema import RedisSpec
 from gateway.limits import nginx_req
 from gateway.plan import load_config_text
 from gateway.store.redis import RedisStore
-from tests.conformance.conftest import FakeClock
+from tests.support.conformance import FakeClock
 
 pytestmark = pytest.mark.redis
 

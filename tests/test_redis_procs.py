@@ -1,11 +1,11 @@
-"""Self-test of tests/redis_procs.py: every helper against real redis-server processes."""
+"""Self-test of tests/support/redis_procs.py: every helper against real redis-server processes."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -15,29 +15,46 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
 
-from tests.redis_procs import (
-    CLUSTER_BUS_OFFSET,
+from tests.support.ports import CLUSTER_BUS_OFFSET, free_port, port_is_free
+from tests.support.redis_procs import (
     CLUSTER_SLOTS,
     RedisCluster,
     RedisReplyError,
     RedisSentinelSet,
     RedisServer,
     RedisStartError,
-    free_port,
     key_slot,
     pairs_to_dict,
-    port_is_free,
     require_redis_binaries,
 )
-
-# This module's own fixtures (module-scoped cluster and sentinel set, so the failovers
-# and node kills below never touch the session-wide ones in tests/conftest.py).
-from tests.redis_procs import redis_cluster as _redis_cluster_fixture  # noqa: F401
-from tests.redis_procs import redis_sentinel as _redis_sentinel_fixture  # noqa: F401
 
 pytestmark = pytest.mark.redis
 
 NO_RETRY = Retry(NoBackoff(), 0)
+
+
+# This module's own cluster and sentinel set (module-scoped), so that the failovers and node
+# kills below never touch the session-wide ``own_cluster`` / ``own_sentinel`` of tests/conftest.py.
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    require_redis_binaries()
+    cluster = RedisCluster(3, 0, base_dir=tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def own_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelSet]:
+    require_redis_binaries()
+    sentinels = RedisSentinelSet(1, base_dir=tmp_path_factory.mktemp("redis-sentinel"))
+    try:
+        yield sentinels.start()
+    finally:
+        sentinels.close()
+
+
 FAILOVER_RETRY = Retry(ExponentialBackoff(cap=0.2, base=0.02), 3)
 SUM_SCRIPT = "return redis.call('INCRBY', KEYS[1], ARGV[1]) + redis.call('INCRBY', KEYS[2], ARGV[1])"
 
@@ -163,20 +180,20 @@ def test_taken_port_moves_to_a_free_one() -> None:
 # --------------------------------------------------------------------------- cluster
 
 
-def test_cluster_topology(redis_cluster: RedisCluster) -> None:
-    assert len(redis_cluster.masters) == 3 and redis_cluster.replicas == []
-    assert len(redis_cluster.seed_urls) == 3
-    owners = {redis_cluster.node_for_slot(s).port for s in (0, 8000, CLUSTER_SLOTS - 1)}
+def test_cluster_topology(own_cluster: RedisCluster) -> None:
+    assert len(own_cluster.masters) == 3 and own_cluster.replicas == []
+    assert len(own_cluster.seed_urls) == 3
+    owners = {own_cluster.node_for_slot(s).port for s in (0, 8000, CLUSTER_SLOTS - 1)}
     assert len(owners) == 3  # redis-cli splits 0..16383 evenly over the 3 masters
-    for node in redis_cluster.nodes:
+    for node in own_cluster.nodes:
         info = node.command("CLUSTER", "INFO")
         assert "cluster_state:ok" in info and f"cluster_slots_ok:{CLUSTER_SLOTS}" in info
-    assert key_slot("{t}a") == key_slot("{t}b") == redis_cluster.nodes[0].command("CLUSTER", "KEYSLOT", "t")
+    assert key_slot("{t}a") == key_slot("{t}b") == own_cluster.nodes[0].command("CLUSTER", "KEYSLOT", "t")
 
 
-async def test_cluster_eval_hash_tag_and_crossslot(redis_cluster: RedisCluster) -> None:
-    redis_cluster.flushall()
-    rc = AsyncRedisCluster.from_url(redis_cluster.seed_urls[0], socket_timeout=2)
+async def test_cluster_eval_hash_tag_and_crossslot(own_cluster: RedisCluster) -> None:
+    own_cluster.flushall()
+    rc = AsyncRedisCluster.from_url(own_cluster.seed_urls[0], socket_timeout=2)
     try:
         assert await rc.eval(SUM_SCRIPT, 2, "{t}a", "{t}b", 5) == 10
         # redis-py refuses cross-slot EVAL before sending it ...
@@ -186,7 +203,7 @@ async def test_cluster_eval_hash_tag_and_crossslot(redis_cluster: RedisCluster) 
         await rc.aclose()
     # ... and the server answers CROSSSLOT when it gets one.
     assert key_slot("a") != key_slot("b")
-    owner = redis_cluster.node_for_key("a")
+    owner = own_cluster.node_for_key("a")
     with pytest.raises(RedisReplyError, match="CROSSSLOT"):
         owner.command("EVAL", SUM_SCRIPT, 2, "a", "b", 5)
     node_client = aioredis.from_url(owner.url, socket_timeout=2)
@@ -198,11 +215,11 @@ async def test_cluster_eval_hash_tag_and_crossslot(redis_cluster: RedisCluster) 
         await node_client.aclose()
 
 
-async def test_cluster_client_set_get_across_slots(redis_cluster: RedisCluster) -> None:
+async def test_cluster_client_set_get_across_slots(own_cluster: RedisCluster) -> None:
     keys = [f"key:{i}" for i in range(30)]
-    owners = {redis_cluster.node_for_key(k).port for k in keys}
+    owners = {own_cluster.node_for_key(k).port for k in keys}
     assert len(owners) == 3, "keys should span every master"
-    rc = AsyncRedisCluster.from_url(redis_cluster.seed_urls[-1], socket_timeout=2)
+    rc = AsyncRedisCluster.from_url(own_cluster.seed_urls[-1], socket_timeout=2)
     try:
         for k in keys:
             assert await rc.set(k, k.upper()) is True
@@ -211,21 +228,21 @@ async def test_cluster_client_set_get_across_slots(redis_cluster: RedisCluster) 
     finally:
         await rc.aclose()
     for k in keys[:5]:  # and they really live on the owning master
-        assert redis_cluster.node_for_key(k).command("GET", k) == k.upper()
+        assert own_cluster.node_for_key(k).command("GET", k) == k.upper()
 
 
-def test_cluster_kill_and_restart_node(redis_cluster: RedisCluster) -> None:
-    victim = redis_cluster.node_for_key("{t}a")
+def test_cluster_kill_and_restart_node(own_cluster: RedisCluster) -> None:
+    victim = own_cluster.node_for_key("{t}a")
     try:
-        redis_cluster.kill_node(victim)
+        own_cluster.kill_node(victim)
         assert not victim.is_running
         with pytest.raises(TimeoutError):
-            redis_cluster.wait_ok(timeout=0.5)  # no replica: its slots stay down
-        redis_cluster.restart_node(victim)  # rejoins from nodes.conf, waits for state ok
-        assert victim in redis_cluster.masters
+            own_cluster.wait_ok(timeout=0.5)  # no replica: its slots stay down
+        own_cluster.restart_node(victim)  # rejoins from nodes.conf, waits for state ok
+        assert victim in own_cluster.masters
         assert victim.command("GET", "{t}a") is None  # data gone with the crash
     finally:
-        redis_cluster.heal()
+        own_cluster.heal()
 
 
 async def test_cluster_with_replicas_fails_over(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -282,27 +299,27 @@ async def _set_after_failover(client: aioredis.Redis, key: str, value: str) -> b
         return bool(await client.set(key, value))
 
 
-async def test_sentinel_master_for(redis_sentinel: RedisSentinelSet) -> None:
-    assert redis_sentinel.master_name == "mymaster"
-    sentinel, master = await _sentinel_client(redis_sentinel)
+async def test_sentinel_master_for(own_sentinel: RedisSentinelSet) -> None:
+    assert own_sentinel.master_name == "mymaster"
+    sentinel, master = await _sentinel_client(own_sentinel)
     try:
-        assert await sentinel.discover_master("mymaster") == redis_sentinel.master.address
+        assert await sentinel.discover_master("mymaster") == own_sentinel.master.address
         assert await _set_and_wait(master, "hello", "world")  # reached the replica
-        (replica,) = redis_sentinel.replicas
+        (replica,) = own_sentinel.replicas
         assert replica.command("GET", "hello") == "world"
     finally:
         await master.aclose()
         await sentinel.aclose()
 
 
-async def test_sentinel_planned_failover(redis_sentinel: RedisSentinelSet) -> None:
-    sentinel, master = await _sentinel_client(redis_sentinel)
+async def test_sentinel_planned_failover(own_sentinel: RedisSentinelSet) -> None:
+    sentinel, master = await _sentinel_client(own_sentinel)
     try:
         assert await _set_and_wait(master, "before", "1")
-        old = redis_sentinel.master
-        new = await asyncio.to_thread(redis_sentinel.failover)
-        assert new is not old and new is redis_sentinel.master
-        assert redis_sentinel.master_address() == new.address
+        old = own_sentinel.master
+        new = await asyncio.to_thread(own_sentinel.failover)
+        assert new is not old and new is own_sentinel.master
+        assert own_sentinel.master_address() == new.address
         assert old.info("replication")["role"] == "slave"
 
         assert await _set_after_failover(master, "after", "2")  # same client object keeps working
@@ -314,12 +331,12 @@ async def test_sentinel_planned_failover(redis_sentinel: RedisSentinelSet) -> No
         await sentinel.aclose()
 
 
-async def test_sentinel_unplanned_failover(redis_sentinel: RedisSentinelSet) -> None:
-    sentinel, master = await _sentinel_client(redis_sentinel)
+async def test_sentinel_unplanned_failover(own_sentinel: RedisSentinelSet) -> None:
+    sentinel, master = await _sentinel_client(own_sentinel)
     try:
         assert await _set_and_wait(master, "k", "v")
-        dead = redis_sentinel.kill_master()
-        new = await asyncio.to_thread(redis_sentinel.wait_for_promotion, dead, 20)
+        dead = own_sentinel.kill_master()
+        new = await asyncio.to_thread(own_sentinel.wait_for_promotion, dead, 20)
         assert new is not dead and not dead.is_running
         assert await master.get("k") == b"v"  # replicated before the crash
         assert await _set_after_failover(master, "k2", "v2")
@@ -327,8 +344,8 @@ async def test_sentinel_unplanned_failover(redis_sentinel: RedisSentinelSet) -> 
     finally:
         await master.aclose()
         await sentinel.aclose()
-    redis_sentinel.heal()  # the crashed node comes back as a replica
-    assert dead.is_running and dead in redis_sentinel.replicas
+    own_sentinel.heal()  # the crashed node comes back as a replica
+    assert dead.is_running and dead in own_sentinel.replicas
     assert dead.info("replication")["master_port"] == str(new.port)
 
 

@@ -26,7 +26,8 @@ from gateway.errors import ConfigErrors
 from gateway.plan import load_config_text
 from gateway.plan.compiled import CompiledConfig
 from gateway.runtime.offloop import load_config_off_loop, release_off_loop
-from tests.helpers import Gateway, Upstream
+from tests.support.gateway import Gateway
+from tests.support.upstreams import Upstream
 
 WORST_ALLOWED_S = 0.050  # on top of the machine's own noise; the aim is 10 ms, the margin is for CI
 WORKERS_WORST_ALLOWED_S = 0.250

@@ -18,7 +18,9 @@ import time
 import aiohttp
 import pytest
 
-from tests.helpers import Gateway, Upstream, cli, free_port
+from tests.support.gateway import Gateway, cli
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 
 def config(upstream: Upstream, admin: int, listen: list[int], workers: int) -> str:

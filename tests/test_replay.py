@@ -17,7 +17,9 @@ from gateway.plan import load_config_text
 from gateway.replay.logread import Timing, line_parser, read_requests
 from gateway.replay.report import Report
 from gateway.replay.simulate import Outcome, Simulator, context_of
-from tests.helpers import ROOT, Gateway, Upstream
+from tests.support.gateway import Gateway
+from tests.support.paths import ROOT
+from tests.support.upstreams import Upstream
 
 CONFIG = """
 listen: 127.0.0.1:{port}

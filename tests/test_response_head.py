@@ -16,9 +16,9 @@ from aiohttp.http import HttpVersion10, HttpVersion11
 
 from gateway.proxy import respond
 from gateway.proxy.respond import Head
-from tests.helpers import RawUpstream, basic_config
+from tests.support.config import basic_config
+from tests.support.upstreams import HeadEchoUpstream
 
-# What the upstream answers, by request target (the whole response, framing included).
 ANSWERS = {
     "/len": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Up: 1\r\n\r\nhello",
     "/close": b"HTTP/1.1 200 OK\r\nX-Up: 2\r\nConnection: close\r\n\r\nuntil-close",
@@ -31,7 +31,7 @@ ANSWERS = {
 }
 
 
-class ScriptedUpstream(RawUpstream):
+class ScriptedUpstream(HeadEchoUpstream):
     """Answers each request with ``ANSWERS[target]``; closes after the ones without a length."""
 
     def respond(self, conn: socket.socket, entry: dict[str, Any]) -> bool:

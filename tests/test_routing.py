@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.http.routing import BadURI, LocationTable, normalize_uri, parse_location
+from tests.support.paths import SCRIPTS
+
+sys.path.insert(0, str(SCRIPTS))
+
+from routing_reference import ReferenceTable, large_locations
 
 
 def table(*locations: str) -> LocationTable[str]:
@@ -90,40 +96,6 @@ def test_bad_locations(bad):
 
 
 # --- the compiled table against the straightforward matcher ------------------------------------
-
-
-class ReferenceTable:
-    """nginx's order, written the obvious way: every prefix and every regex tried in turn.
-
-    This is the matcher ``LocationTable`` replaced; the tables below must agree with it.
-    """
-
-    def __init__(self, entries):
-        self.exact = {}
-        self.prefixes = []
-        self.regexes = []
-        for location, item in entries:
-            if location.kind == "exact":
-                self.exact.setdefault(location.value, item)
-            elif location.kind in ("prefix", "prefix_noregex"):
-                self.prefixes.append((location.value, location.kind == "prefix_noregex", item))
-            else:
-                self.regexes.append((location.pattern, item))
-        self.prefixes.sort(key=lambda p: len(p[0]), reverse=True)
-        self.slashed = {v[:-1] for v, _, _ in self.prefixes if v.endswith("/") and len(v) > 1}
-
-    def match(self, uri):
-        if uri in self.exact:
-            return (self.exact[uri], None)
-        best = next((p for p in self.prefixes if uri.startswith(p[0])), None)
-        if uri in self.slashed:
-            return (None, uri + "/")
-        if best is not None and best[1]:
-            return (best[2], None)
-        for pattern, item in self.regexes:
-            if pattern.search(uri):
-                return (item, None)
-        return (best[2] if best is not None else None, None)
 
 
 LOCATION_POOL = [
@@ -226,14 +198,6 @@ def test_generated_large_config_agrees_with_the_reference():
     uris += ["/", "/unknown", "/svc1", "/svc1/", "/svc12/a.e3"]
     for uri in uris:
         assert answer(table_.match(uri)) == reference.match(uri), uri
-
-
-def large_locations(rng, *, prefixes, regexes):
-    """The shape of the 2,000-location benchmark config: prefixes per service, regexes per suffix."""
-    out = [f"/svc{i}/" if i % 3 else f"^~ /svc{i}/" for i in range(prefixes)]
-    out += [f"~ \\.e{i}$" if i % 2 else f"~* ^/static/file{i}\\." for i in range(regexes)]
-    rng.shuffle(out)
-    return ["/", *out]
 
 
 def test_decision_cache_is_bounded_and_keeps_the_uris_in_use():

@@ -15,8 +15,10 @@ import pytest
 
 from gateway.metrics import activity
 from gateway.metrics.activity import Activity, merge
-from tests.cdp import Browser, find_chromium
-from tests.helpers import Upstream, cli, free_port
+from tests.support.browser import Browser, find_chromium
+from tests.support.gateway import cli
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 TOKEN = "page-t0ken"
 EVIL_KEY = "<img src=x onerror=window.__owned=1>"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.certs import Issued, TestCA, names_of
-from tests.helpers import Gateway, Upstream, cli, free_port, wait_port
-
-# -- clients ---------------------------------------------------------------------------------------
+from tests.support.certs import Issued, TestCA, names_of
+from tests.support.gateway import Gateway, cli
+from tests.support.ports import free_port, wait_port
+from tests.support.upstreams import Upstream
 
 
 def client_context(ca: Path | None) -> ssl.SSLContext:

@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster as SyncCluster
 
-from tests.helpers import Upstream
+from tests.support.upstreams import Upstream
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -13,7 +13,8 @@ import asyncio
 import aiohttp
 import pytest
 
-from tests.test_upstream_wire import RawUpstream, config, read_request
+from tests.support.upstreams import ScriptUpstream, read_request
+from tests.test_upstream_wire import config
 
 POISON = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Poison: 1\r\n\r\nPOISON"
 BIG = b"b" * 300_000  # larger than the gateway's buffered-body limit: the streamed path
@@ -55,7 +56,7 @@ async def test_bytes_after_a_complete_response_are_dropped_and_the_connection_cl
         await reader.read()  # returns when the gateway closes this connection
         closed_by_gateway += 1
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         for attempt in (1, 2):
             status, headers, body = await get(gw.url + "/")
@@ -83,7 +84,7 @@ async def test_a_hundred_poisoned_responses_never_leak_into_another_request(gate
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(tag), tag) + POISON)
             await writer.drain()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         async with aiohttp.ClientSession() as session:
 
@@ -104,7 +105,7 @@ async def test_a_101_to_a_plain_request_is_a_502(gateway_factory):
         await writer.drain()
         await reader.read()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         status, _, body = await get(gw.url + "/")
     assert status == 502
@@ -127,7 +128,7 @@ async def test_bytes_on_an_idle_pooled_connection_close_it(gateway_factory):
         await reader.read()
         closed_by_gateway.set()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         assert (await get(gw.url + "/"))[2] == b"ok"  # the gateway has pooled the connection by now
         poison_now.set()

@@ -4,45 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
 
-from tests.helpers import free_port
-
-Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    return await reader.readuntil(b"\r\n\r\n")
-
-
-class RawUpstream:
-    """Runs ``script`` for every connection; counts connections."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.port = free_port()
-        self.connections = 0
-        self.server: asyncio.AbstractServer | None = None
-
-    async def __aenter__(self) -> RawUpstream:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.connections += 1
-            try:
-                await self.script(reader, writer)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                pass
-            finally:
-                writer.close()
-
-        self.server = await asyncio.start_server(handle, "127.0.0.1", self.port)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
+from tests.support.upstreams import ScriptUpstream, read_request
 
 
 def config(port: int, upstream_port: int, route_extra: str = "") -> str:
@@ -73,7 +39,7 @@ async def test_interim_1xx_responses_are_skipped(gateway_factory):
         await writer.drain()
         await reader.read()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         status, headers, body = await fetch(gw.url + "/")
     assert (status, body, headers.get("X-Final")) == (200, b"hello", "yes")
@@ -88,7 +54,7 @@ async def test_an_idle_connection_closed_by_the_upstream_is_replaced_silently(ga
         await writer.drain()
         await asyncio.sleep(0.1)
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         for _ in range(3):
             assert (await fetch(gw.url + "/"))[0] == 200
@@ -103,7 +69,7 @@ async def test_a_close_delimited_body_ends_at_eof(gateway_factory):
         writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"x" * 300_000)
         await writer.drain()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         status, _, body = await fetch(gw.url + "/")
     assert status == 200 and body == b"x" * 300_000
@@ -119,7 +85,7 @@ async def test_chunked_response_with_trailers(gateway_factory):
         await writer.drain()
         await reader.read()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         status, headers, body = await fetch(gw.url + "/")
     assert (status, body) == (200, b"hello world")
@@ -137,7 +103,7 @@ async def test_an_invalid_response_is_a_502(gateway_factory, reply):
         await writer.drain()
         await asyncio.sleep(0.5)
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         status, _, _ = await fetch(gw.url + "/")
     assert status == 502
@@ -150,7 +116,7 @@ async def test_a_truncated_body_cuts_the_client_connection(gateway_factory):
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"y" * 400_000)
         await writer.drain()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         with pytest.raises(aiohttp.ClientPayloadError):
             await fetch(gw.url + "/")
@@ -164,7 +130,7 @@ async def test_a_response_before_the_whole_request_body_is_relayed(gateway_facto
         writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope")
         await writer.drain()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         async with aiohttp.ClientSession() as session:
             async with session.post(gw.url + "/", data=b"z" * 20) as resp:
@@ -180,7 +146,7 @@ async def test_a_too_big_response_header_is_a_502(gateway_factory):
         await writer.drain()
         await asyncio.sleep(0.5)
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         status, _, _ = await fetch(gw.url + "/")
     assert status == 502
@@ -222,7 +188,7 @@ async def test_bytes_on_an_idle_upstream_connection_never_reach_a_client(gateway
             pass
         await asyncio.sleep(0.2)
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         assert (await fetch(gw.url + "/"))[2] == b"first"
         await asyncio.sleep(0.4)
@@ -242,7 +208,7 @@ async def test_header_bytes_pass_unchanged_both_ways(gateway_factory):
         await writer.drain()
         await reader.read()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
         writer.write(
@@ -267,7 +233,7 @@ async def test_an_early_answer_during_a_large_upload_reaches_the_client(gateway_
         while await reader.read(65536):
             pass
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port, ", client_max_body_size: 0"))
         async with aiohttp.ClientSession() as session:
             async with session.post(gw.url + "/", data=io.BytesIO(b"u" * (20 * 1024 * 1024))) as resp:
@@ -281,7 +247,7 @@ async def test_no_content_type_is_invented(gateway_factory):
         await writer.drain()
         await reader.read()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         status, headers, _ = await fetch(gw.url + "/")
     assert status == 200 and "Content-Type" not in headers
@@ -295,7 +261,7 @@ async def test_after_a_stale_pooled_connection_the_retry_uses_a_fresh_one(gatewa
         await writer.drain()
         await asyncio.sleep(0.2)  # then close it while it is idle in the pool
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, up.port))
         async with aiohttp.ClientSession() as session:
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.helpers import free_port, wait_port
+from tests.support.ports import free_port, wait_port
 
 
 async def ask(port: int, host: bytes, target: bytes = b"/", addr: str = "127.0.0.1") -> bytes:
@@ -94,7 +94,7 @@ def test_servers_config_errors(tmp_path):
     import subprocess
     import sys
 
-    from tests.helpers import ROOT
+    from tests.support.paths import ROOT
 
     path = tmp_path / "bad.yaml"
     path.write_text(

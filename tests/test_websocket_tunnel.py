@@ -21,8 +21,9 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
 
-from tests.helpers import Gateway, free_port
-from tests.test_upstream_wire import RawUpstream, read_request
+from tests.support.gateway import Gateway
+from tests.support.ports import free_port
+from tests.support.upstreams import ScriptUpstream, read_request
 
 KEY = base64.b64encode(b"0123456789abcdef").decode()
 MiB = 1 << 20
@@ -249,7 +250,7 @@ async def test_a_refused_upgrade_opens_no_tunnel_to_smuggle_requests_through(gat
             upstream_received.extend(data)
 
     smuggled = b"GET /internal HTTP/1.1\r\nHost: ws.example\r\n\r\n"
-    async with RawUpstream(refuse) as up:
+    async with ScriptUpstream(refuse) as up:
         gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}").replace("location: /,", "location: /ws,"))
         reader, writer, status, headers = await open_raw(gw.port, "/ws", smuggled if same_write else b"")
         body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"][0])), 5)
@@ -264,7 +265,7 @@ async def test_a_refused_upgrade_opens_no_tunnel_to_smuggle_requests_through(gat
 
 async def test_bytes_on_either_side_of_the_101_are_not_lost(gateway_factory):
     """The upstream's first bytes share a write with its 101; the client's with its handshake."""
-    async with RawUpstream(switching_upstream(first=b"FIRST")) as up:
+    async with ScriptUpstream(switching_upstream(first=b"FIRST")) as up:
         gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}"))
         reader, writer, status, _ = await open_raw(gw.port, "/", after_handshake=b"EARLY")
         got = await asyncio.wait_for(reader.readexactly(len(b"FIRSTEARLY")), 5)
@@ -280,7 +281,7 @@ async def test_a_101_without_upgrade_header_is_a_502(gateway_factory):
         await writer.drain()
         await reader.read()
 
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}"))
         reader, writer, status, headers = await open_raw(gw.port, "/")
         body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"][0])), 5)
@@ -334,7 +335,7 @@ async def test_text_binary_ping_close_and_a_20_mib_message_pass(gateway_factory,
 @pytest.mark.parametrize("closer", ["client", "upstream"])
 async def test_a_closed_tunnel_is_logged_as_101_with_the_bytes_sent(gateway_factory, closer):
     script = switching_upstream(first=b"bye", then_close=True) if closer == "upstream" else switching_upstream()
-    async with RawUpstream(script) as up:
+    async with ScriptUpstream(script) as up:
         gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}"))
         reader, writer, status, _ = await open_raw(gw.port, "/t")
         assert status == 101
@@ -373,7 +374,7 @@ async def test_a_client_that_stops_reading_stalls_the_upstream_not_the_gateway(g
             stalled.set()
         await reader.read()
 
-    async with RawUpstream(flood) as up:
+    async with ScriptUpstream(flood) as up:
         gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}", read_timeout="20s"))
         reader, writer, status, _ = await open_raw(gw.port, "/flood")
         assert status == 101
@@ -399,7 +400,7 @@ async def test_an_upstream_that_stops_reading_stalls_the_client_not_the_gateway(
         await writer.drain()
         await asyncio.sleep(30)  # reads nothing more; cancelled when the test's server closes
 
-    async with RawUpstream(deaf) as up:
+    async with ScriptUpstream(deaf) as up:
         gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}", read_timeout="20s"))
         _reader, writer, status, _ = await open_raw(gw.port, "/deaf")
         assert status == 101
@@ -426,7 +427,7 @@ async def test_an_idle_tunnel_is_closed_after_read_timeout(gateway_factory):
         await switching_upstream()(reader, writer)
         upstream_saw_eof.set()
 
-    async with RawUpstream(echo_until_eof) as up:
+    async with ScriptUpstream(echo_until_eof) as up:
         gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}", read_timeout="1s"))
         reader, writer, status, _ = await open_raw(gw.port, "/idle")
         assert status == 101
@@ -484,7 +485,7 @@ async def test_a_tunnel_to_a_tls_upstream(gateway_factory, tmp_path):
 
 
 async def test_shutdown_ends_an_open_tunnel_within_shutdown_timeout(gateway_factory):
-    async with RawUpstream(switching_upstream()) as up:
+    async with ScriptUpstream(switching_upstream()) as up:
         gw = gateway_factory(lambda p: config(p, f"127.0.0.1:{up.port}") + "shutdown_timeout: 1s\n")
         reader, writer, status, _ = await open_raw(gw.port, "/open")
         assert status == 101

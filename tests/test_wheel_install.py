@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, free_port
-from tests.redis_procs import RedisServer
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
+from tests.support.redis_procs import RedisServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -21,7 +21,8 @@ from gateway.http.realip import parse_addr
 from gateway.limits import nginx_req
 from gateway.plan import load_config_text
 from gateway.store.memory import ENTRY_COST, MemoryStore
-from tests.helpers import Upstream, free_port
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 ZONE_SIZE = 1 << 20
 

@@ -10,7 +10,9 @@ import time
 import aiohttp
 import pytest
 
-from tests.helpers import Upstream, cli, free_port
+from tests.support.gateway import cli
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 TOKEN = "s3cret"
 

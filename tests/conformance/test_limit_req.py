@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.conftest import Scenario, config
+from tests.support.conformance import Scenario, config
 
 
 def two_rps(burst: str) -> str:

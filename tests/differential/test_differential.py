@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from tests.differential.harness import Run, default_jitter
-from tests.differential.model import analyse
-from tests.differential.scenarios import ALL, BOUNDARY
+from tests.support.differential.harness import Run, default_jitter
+from tests.support.differential.model import analyse
+from tests.support.differential.scenarios import ALL, BOUNDARY
 
 pytestmark = pytest.mark.nginx
 

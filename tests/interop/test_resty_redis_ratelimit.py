@@ -20,10 +20,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.helpers import Gateway
-from tests.interop.conftest import ZONES, script_path
-from tests.interop.openresty import Hit, Monitor, OpenResty, epoch_ms, http_get
-from tests.redis_procs import RedisServer
+from tests.support.gateway import Gateway
+from tests.support.openresty import ZONES, Hit, Monitor, OpenResty, epoch_ms, http_get, script_path
+from tests.support.redis_procs import RedisServer
 
 pytestmark = [pytest.mark.nginx, pytest.mark.redis]
 

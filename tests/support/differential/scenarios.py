@@ -7,7 +7,7 @@ itself is pinned to limit-semantics.md §8 by test_model.py.
 
 from __future__ import annotations
 
-from tests.differential.scenario import ConnZone, LimitConn, LimitReq, Location, ReqZone, Scenario, req
+from tests.support.differential.scenario import ConnZone, LimitConn, LimitReq, Location, ReqZone, Scenario, req
 
 BURST_DELAY = Scenario(
     "burst_delay",

@@ -1,61 +1,41 @@
-"""Real parts for tests: a threaded upstream on a real socket and the gateway as a subprocess.
+"""Upstream doubles on real sockets, each named by what it does.
 
-Nothing here is mocked: the upstream is an aiohttp app listening on a free
-port, and the gateway is started through its real CLI (``python -m gateway
-run``) with a YAML file written to a temporary directory.
+* ``Upstream``: an aiohttp app in its own thread: echo (JSON), downloads, slow and hanging
+  answers, status codes, WebSocket echo, hop-by-hop headers, gzip, cookies; records requests.
+* ``HeadEchoUpstream``: a bare HTTP/1.1 server in a thread that takes any method and answers
+  each request with the head it read, as JSON (a subclass scripts other answers).
+* ``ScriptUpstream``: an asyncio server in the test's own loop that runs a script (coroutine)
+  per connection, for byte-level upstream behaviour.
+* ``CountingUpstream``: an asyncio server in its own thread that runs a handler per connection
+  and counts accepts, finished responses and when the gateway let go.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
+import re
 import socket
 import ssl
-import subprocess
-import sys
 import threading
-import time
 import zlib
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.ports import free_port
 
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now and not handed out before in this test run: the kernel may give a just
-    released port again, and a test that asks for two (listen and admin) then got the same
-    one twice (its workers could not bind)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-
-
-def wait_port(
-    port: int, host: str = "127.0.0.1", timeout: float = 10.0, proc: subprocess.Popen[bytes] | None = None
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
-        try:
-            with socket.create_connection((host, port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.02)
-    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
+__all__ = [
+    "CountingUpstream",
+    "Handler",
+    "HeadEchoUpstream",
+    "Script",
+    "ScriptUpstream",
+    "Upstream",
+    "pattern",
+    "read_request",
+]
 
 
 def pattern(n: int) -> bytes:
@@ -231,164 +211,7 @@ class Upstream:
         return ws
 
 
-class Gateway:
-    """The gateway started through its CLI, with its output in files."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        config_text: str,
-        port: int,
-        *,
-        extra_args: tuple[str, ...] = (),
-        env: dict[str, str] | None = None,
-    ) -> None:
-        self.workdir = workdir
-        self.port = port
-        self.config_path = workdir / "limits.yaml"
-        self.config_path.write_text(config_text)
-        self.stdout_path = workdir / "gateway.stdout"
-        self.stderr_path = workdir / "gateway.stderr"
-        self.extra_args = extra_args
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 15.0) -> Gateway:
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        if self.env:
-            env.update(self.env)
-        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "run", "-c", str(self.config_path), *self.extra_args],
-                stdout=out,
-                stderr=err,
-                cwd=str(ROOT),
-                env=env,
-            )
-        try:
-            wait_port(self.port, timeout=timeout, proc=self.proc)
-        except Exception:
-            self.stop()
-            raise RuntimeError(f"gateway did not start:\n{self.stderr()}") from None
-        return self
-
-    def write_config(self, text: str) -> None:
-        self.config_path.write_text(text)
-
-    def signal(self, signum: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signum)
-
-    def reload(self, settle: float = 0.5) -> None:
-        self.signal(signal.SIGHUP)
-        time.sleep(settle)
-
-    def stop(self, timeout: float = 20.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def access_lines(self, wait: float = 0.3) -> list[str]:
-        time.sleep(wait)  # the access log is flushed every 100 ms
-        return [line for line in self.stdout().splitlines() if line.strip()]
-
-    def access_json(self, wait: float = 0.3) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.access_lines(wait)]
-
-    def rss_peak_kb(self) -> int:
-        assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-        raise RuntimeError("no VmHWM")
-
-
-def basic_config(port: int, upstream_addrs: list[str], **sections: str) -> str:
-    servers = "\n".join(f"      - {a}" for a in upstream_addrs)
-    text = f"""
-listen: 127.0.0.1:{port}
-shutdown_timeout: 5s
-upstreams:
-  app:
-    servers:
-{servers}
-    connect_timeout: 1s
-    read_timeout: 2s
-routes:
-  - location: /
-    upstream: app
-"""
-    for value in sections.values():
-        text += value
-    return text
-
-
-class NginxProcess:
-    """The nginx binary as a child of the test run, with its prefix and error log in ``workdir``."""
-
-    def __init__(self, binary: str, workdir: Path, conf_text: str, port: int) -> None:
-        self.binary = binary
-        self.workdir = workdir
-        self.port = port
-        self.conf_path = workdir / "nginx.conf"
-        self.conf_path.write_text(conf_text)
-        self.error_log = workdir / "error.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> NginxProcess:
-        cmd = [self.binary, "-p", f"{self.workdir}/", "-c", str(self.conf_path), "-e", str(self.error_log)]
-        check = subprocess.run([*cmd, "-t"], capture_output=True, text=True, timeout=30)
-        if check.returncode != 0:
-            raise RuntimeError(f"nginx -t failed:\n{check.stderr}\n{self.conf_path.read_text()}")
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        try:
-            wait_port(self.port, timeout=10, proc=self.proc)
-        except Exception as exc:
-            self.stop()
-            raise RuntimeError(f"nginx did not start: {exc}\n{self.errors()}") from None
-        return self
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def errors(self) -> str:
-        return self.error_log.read_text(errors="replace") if self.error_log.exists() else ""
-
-
-class RawUpstream:
+class HeadEchoUpstream:
     """A bare HTTP/1.1 upstream on a real socket that accepts any method and records request heads.
 
     It answers every request with 200 and a JSON body naming the method, target and headers it
@@ -402,13 +225,13 @@ class RawUpstream:
         self.connections = 0
         self._sock = socket.create_server(("127.0.0.1", self.port))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="raw-upstream", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="head-echo-upstream", daemon=True)
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> RawUpstream:
+    def start(self) -> HeadEchoUpstream:
         self._sock.settimeout(0.2)
         self._thread.start()
         return self
@@ -493,34 +316,102 @@ class RawUpstream:
         return True
 
 
-def cli(
-    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """``gateway ARGS...`` as an operator runs it, from the checkout; its output as text."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        input=stdin,
-        env=full_env,
-        timeout=timeout,
-    )
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-def temp_fds(gw: Gateway, temp_dir: Path) -> list[str]:
-    """The gateway's open files in ``temp_dir`` (anonymous temp files show as '(deleted)'); an fd
-    closed between the listing and its readlink is skipped (it is no longer open)."""
-    assert gw.proc is not None
-    out = []
-    fd_dir = Path(f"/proc/{gw.proc.pid}/fd")
-    for entry in fd_dir.iterdir():
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """The head of the next request on this connection, up to and including the blank line."""
+    return await reader.readuntil(b"\r\n\r\n")
+
+
+class ScriptUpstream:
+    """Runs ``script`` for every connection, in the test's event loop; counts connections."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.port = free_port()
+        self.connections = 0
+        self.server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> ScriptUpstream:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            try:
+                await self.script(reader, writer)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        self.server = await asyncio.start_server(handle, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+Handler = Callable[["CountingUpstream", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class CountingUpstream:
+    """An HTTP/1.1 upstream on a real socket, in its own thread, that counts what it accepts."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.port = free_port()
+        self.handler = handler
+        self.accepted = 0
+        self.finished_at: list[float] = []  # when a response was written whole
+        self.eof_at: list[float] = []  # when the gateway then closed the connection
+        self.bodies: list[bytes] = []
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._server: asyncio.Server
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> CountingUpstream:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port, backlog=1024)
+        )
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _shutdown(self) -> None:
+        self._server.close()
+        current = asyncio.current_task()
+        pending = [task for task in asyncio.all_tasks() if task is not current]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
         try:
-            target = os.readlink(entry)
-        except FileNotFoundError:
-            continue
-        if target.startswith(str(temp_dir)):
-            out.append(target)
-    return out
+            await self.handler(self, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # the gateway went away, or the test is over
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        match = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+        body = await reader.readexactly(int(match.group(1))) if match else b""
+        return head, body

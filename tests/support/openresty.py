@@ -36,10 +36,51 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.helpers import NginxProcess, free_port
+from tests.support.nginx import NginxProcess
+from tests.support.paths import SCRIPTS
+from tests.support.ports import free_port
 
 MODULE_DIRS = ("/usr/lib/nginx/modules", "/usr/share/nginx/modules", "/usr/lib64/nginx/modules")
 RESTY_CORE = "/usr/share/lua/5.1/resty/core.lua"
+
+
+# zone -> (gateway zone settings, route path); every route: burst 2, nodelay
+ZONES: dict[str, tuple[str, str]] = {
+    "interop_shared": ("rate: 2r/s", "/shared/"),
+    "interop_fmt": ("rate: 1r/m", "/fmt/"),
+    "interop_ban_a": ("rate: 2r/s, ban: 3s", "/ban_a/"),
+    "interop_ban_b": ("rate: 2r/s, ban: 3s", "/ban_b/"),
+    "interop_argv": ("rate: 30r/m", "/argv/"),
+    "interop_noscript": ("rate: 2r/s", "/noscript/"),
+}
+
+
+def script_path() -> Path:
+    """limit_req.lua in the checkout's scripts/lua (the file OpenResty nodes load)."""
+    return SCRIPTS / "lua" / "limit_req.lua"
+
+
+def gateway_config(port: int, redis_port: int, upstream: str) -> str:
+    zones = "\n".join(
+        f"  {zone}: {{type: req, key: $binary_remote_addr, {settings}}}" for zone, (settings, _) in ZONES.items()
+    )
+    routes = "\n".join(
+        f"  - location: {path}\n    upstream: app\n    limit_req: [{{zone: {zone}, burst: 2, nodelay: true}}]"
+        for zone, (_, path) in ZONES.items()
+    )
+    return f"""
+listen: 127.0.0.1:{port}
+admin: {{listen: off}}
+log: {{format: json}}
+store:
+  redis: {{url: "redis://127.0.0.1:{redis_port}/0", timeout: 500ms, on_error: deny, prefix: ""}}
+zones:
+{zones}
+upstreams:
+  app: {{servers: [{upstream}]}}
+routes:
+{routes}
+"""
 
 
 def find_openresty() -> tuple[str, Path]:

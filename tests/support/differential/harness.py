@@ -53,12 +53,12 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import aiohttp
 import yaml
+from aiohttp import web
 
-from tests.differential.model import Analysis, Possible, canonical
-from tests.differential.scenario import ConnZone, Location, ReqZone, Scenario
-from tests.helpers import NginxProcess
-
-# -- configurations ------------------------------------------------------------------------------
+from tests.support.differential.model import Analysis, Possible, analyse, canonical
+from tests.support.differential.scenario import ConnZone, Location, ReqZone, Scenario
+from tests.support.gateway import Gateway
+from tests.support.nginx import NginxProcess
 
 
 def _limit_req_nginx(scn: Scenario, loc: Location) -> list[str]:
@@ -509,3 +509,42 @@ async def _loop_lag(done: asyncio.Event, tick: float = 0.005) -> float:
 
 def wait_for_logs(seconds: float = 0.4) -> None:
     time.sleep(seconds)  # the gateway flushes its access log every 100 ms
+
+
+# -- one run of both targets --------------------------------------------------------------------
+
+STAGGER_MS = 30  # scenario k starts k * 30 ms after the common start: bursts do not coincide
+
+
+async def hold_request(request: web.Request) -> None:
+    """Upstream hook: ``?hold=MS`` keeps the request (and its limit_conn slot) for MS ms."""
+    ms = int(request.query.get("hold", "0") or 0)
+    if ms:
+        await asyncio.sleep(ms / 1000)
+
+
+def run_and_compare(nginx: Nginx, gateway: Gateway, scenarios: list[Scenario], jitter: int, workdir: Path) -> Run:
+    """Start both, run every scenario through each, and compare them request for request."""
+    nginx.start()
+    gateway.start()
+    observed, base, loop_lag = asyncio.run(run_all(scenarios, nginx.url, gateway.url))
+    wait_for_logs()
+    overhead = {name: overhead_from(samples) for name, samples in base.items()}
+    by_rid: dict[str, dict[str, Observed]] = {"nginx": {}, "gateway": {}}
+    for scn in scenarios:
+        for target in ("nginx", "gateway"):
+            for i, obs in enumerate(observed[scn.name][target]):
+                by_rid[target][rid(scn, i)] = obs
+    attach_logs(by_rid["nginx"], nginx.access(), nginx.errors())
+    attach_logs(by_rid["gateway"], gateway.access_json(wait=0), gateway.stderr())
+    results = {}
+    for scn in scenarios:
+        both = observed[scn.name]["nginx"] + observed[scn.name]["gateway"]
+        lateness = max(0, math.ceil(max(o.lateness_ms for o in both)))
+        analysis = analyse(scn, (scn.jitter_ms or jitter) + lateness)
+        results[scn.name] = compare(
+            scn, analysis, observed[scn.name]["nginx"], observed[scn.name]["gateway"], overhead, loop_lag
+        )
+    report = "\n\n".join(c.report() for c in results.values())
+    (workdir / "report.txt").write_text(report + "\n")
+    return Run(results, nginx.errors(), gateway.stderr(), workdir)

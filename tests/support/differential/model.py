@@ -27,7 +27,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from tests.differential.scenario import ConnZone, Location, ReqZone, Scenario, eval_key
+from tests.support.differential.scenario import ConnZone, Location, ReqZone, Scenario, eval_key
 
 T0 = 10**9  # nginx's clock is CLOCK_MONOTONIC in ms: far from 0 (matters for AGAIN nodes created with last=0)
 

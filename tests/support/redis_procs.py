@@ -14,15 +14,15 @@ so that the helpers need no redis-py client objects to close.
 
 Public API (see the report / docstrings for details):
 
-* ``free_port(cluster_bus=False)``; ``command(port, *args)``; ``pipeline(port, *cmds)``;
+* ``free_port`` (from tests/support/ports.py); ``command(port, *args)``; ``pipeline(port, *cmds)``;
   ``info(port)``;
   ``wait_until(fn, timeout, what=...)``; ``require_redis_binaries()``.
 * ``RedisServer``: one process; ``start/stop/kill/restart/pause/resume/close``.
 * ``RedisCluster``: N masters (+ replicas) made with ``redis-cli --cluster create``.
 * ``RedisSentinelSet``: master + replica(s) + 1 or 3 sentinels; planned and
   unplanned failover helpers.
-* Fixtures at the bottom: ``redis_server``, ``redis_server_factory``,
-  ``redis_cluster`` (module), ``redis_sentinel`` (module).
+* The fixtures that use them are in tests/conftest.py: ``redis_session``, ``redis_server``,
+  ``redis_server_factory``, ``redis_cluster`` and ``redis_sentinel``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import random
 import shutil
 import signal
 import socket
@@ -39,14 +38,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-HOST = "127.0.0.1"
-CLUSTER_BUS_OFFSET = 10000  # Redis Cluster's bus listens on port + 10000
+from tests.support.ports import HOST, free_port
+
 CLUSTER_SLOTS = 16384
 
 T = TypeVar("T")
@@ -87,61 +86,6 @@ def require_redis_binaries() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{msg} (CI is set, so this is an error, not a skip)")
     pytest.skip(msg)
-
-
-# --------------------------------------------------------------------------- ports
-
-_port_lock = threading.Lock()
-_ports_handed_out: set[int] = set()
-
-
-def _ephemeral_low() -> int:
-    try:
-        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
-        return int(text.split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def port_is_free(port: int, host: str = HOST) -> bool:
-    """True if nothing is bound to host:port (a listener on 0.0.0.0 also counts)."""
-    if not 0 < port < 65536:
-        return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(*, cluster_bus: bool = False, attempts: int = 500) -> int:
-    """A port on 127.0.0.1 that nothing listens on right now.
-
-    Ports are drawn at random from below the kernel's ephemeral range (so an
-    outgoing connection cannot take them between the probe and the bind), and
-    never handed out twice in one process. With ``cluster_bus=True`` port + 10000
-    must be free too (Redis Cluster's bus port). There is still a small window
-    between the probe and redis-server's bind; ``RedisServer.start`` retries on a
-    new port if its bind fails with "Address already in use".
-    """
-    low = 10000
-    high = _ephemeral_low() - 1  # inclusive
-    if cluster_bus:
-        high -= CLUSTER_BUS_OFFSET
-    if high - low < 100:  # odd ephemeral range: fall back to the whole space
-        high = 65535 - (CLUSTER_BUS_OFFSET if cluster_bus else 0)
-    rng = random.SystemRandom()
-    with _port_lock:
-        for _ in range(attempts):
-            port = rng.randint(low, high)
-            candidates = (port, port + CLUSTER_BUS_OFFSET) if cluster_bus else (port,)
-            if any(p in _ports_handed_out for p in candidates):
-                continue
-            if all(port_is_free(p) for p in candidates):
-                _ports_handed_out.update(candidates)
-                return port
-    raise RuntimeError(f"no free port found in {attempts} attempts (cluster_bus={cluster_bus})")
 
 
 # --------------------------------------------------------------------------- RESP
@@ -1236,69 +1180,3 @@ class RedisSentinelSet(_Group):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# --------------------------------------------------------------------------- fixtures
-#
-# Each has an explicit name=, so it can be imported under any alias, e.g. in a conftest:
-#     from tests.redis_procs import redis_server as redis_server_fixture
-# registers the fixture "redis_server" (an alias also avoids ruff's F811 in test modules).
-
-
-@pytest.fixture(name="redis_server")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A fresh standalone redis-server for one test."""
-    require_redis_binaries()
-    server = RedisServer(base_dir=tmp_path_factory.mktemp("redis"))
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture(name="redis_server_factory")
-def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RedisServer]]:
-    """``make(**RedisServer kwargs)`` -> a started server; all are stopped after the test."""
-    require_redis_binaries()
-    base = tmp_path_factory.mktemp("redis-many")
-    made: list[RedisServer] = []
-
-    def make(**kwargs: Any) -> RedisServer:
-        kwargs.setdefault("base_dir", base)
-        server = RedisServer(**kwargs)
-        made.append(server)
-        return server.start()
-
-    try:
-        yield make
-    finally:
-        for server in made:
-            server.close()
-
-
-@pytest.fixture(scope="module", name="redis_cluster")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
-    """3 masters, no replicas, shared by a test module. A test that breaks it should
-    call ``redis_cluster.heal()`` (e.g. in a ``finally``)."""
-    require_redis_binaries()
-    cluster = RedisCluster(3, 0, base_dir=tmp_path_factory.mktemp("redis-cluster"))
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.close()
-
-
-@pytest.fixture(scope="module", name="redis_sentinel")
-def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelSet]:
-    """Master + 1 replica + 1 sentinel (``mymaster``), shared by a test module. After a
-    failover ``.master`` is the new master; after ``kill_master`` call
-    ``wait_for_promotion()`` and then ``heal()`` to get a replica back."""
-    require_redis_binaries()
-    sentinels = RedisSentinelSet(1, base_dir=tmp_path_factory.mktemp("redis-sentinel"))
-    try:
-        sentinels.start()
-        yield sentinels
-    finally:
-        sentinels.close()
