@@ -2,8 +2,10 @@
 
 Markers are never written by hand for what they can be told from: the ``pytest_collection_modifyitems``
 hook below gives ``redis`` to everything under tests/redis/ and to every test that uses a Redis
-fixture, ``nginx`` to everything under tests/differential/ and tests/interop/, and ``slow`` to
-tests/packaging/. Only ``slow`` elsewhere is written in the test module.
+fixture, ``nginx`` to everything under tests/differential/ and tests/interop/ (``redis`` too:
+the OpenResty node and the gateway share one), and ``slow`` to tests/packaging/. What the hook
+cannot see is written by hand: ``slow`` elsewhere, a Redis reached through
+``request.getfixturevalue`` (mark the parameter) or a process a test starts itself.
 
 Redis: ``redis_session`` is one server for the whole run (tests isolate with a key prefix);
 ``redis_server`` a server of the test's own, free to be killed, paused and restarted;
@@ -28,7 +30,7 @@ from tests.support.upstreams import Upstream
 TESTS = Path(__file__).resolve().parent
 
 REDIS_FIXTURES = frozenset({"redis_session", "redis_server", "redis_server_factory", "redis_cluster", "redis_sentinel"})
-FOLDER_MARKS = {"redis": ("redis",), "differential": ("nginx",), "interop": ("nginx",), "packaging": ("slow",)}
+FOLDER_MARKS = {"redis": ("redis",), "differential": ("nginx",), "interop": ("nginx", "redis"), "packaging": ("slow",)}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

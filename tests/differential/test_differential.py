@@ -16,8 +16,6 @@ from tests.support.differential.harness import Run, default_jitter
 from tests.support.differential.model import analyse
 from tests.support.differential.scenarios import ALL, BOUNDARY
 
-pytestmark = pytest.mark.nginx
-
 # A scenario where the gateway is known to differ from nginx gets
 # pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=...)) here.
 CASES = [pytest.param(s.name, id=s.name) for s in ALL]

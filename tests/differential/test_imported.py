@@ -28,8 +28,6 @@ from tests.support.nginx import find_nginx
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
-pytestmark = pytest.mark.nginx
-
 # Directives of the generated nginx.conf that are about running nginx itself, not about limits.
 PROCESS_ONLY = {
     "daemon", "master_process", "pid", "client_body_temp_path", "proxy_temp_path", "fastcgi_temp_path",

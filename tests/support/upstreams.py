@@ -333,6 +333,10 @@ class ScriptUpstream:
         self.connections = 0
         self.server: asyncio.AbstractServer | None = None
 
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
     async def __aenter__(self) -> ScriptUpstream:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self.connections += 1
