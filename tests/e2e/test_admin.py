@@ -5,29 +5,21 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 
 import aiohttp
 
+from tests.support.config import config as support_config
 from tests.support.gateway import cli
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
+ZONES = "  one: {type: req, key: $binary_remote_addr, rate: 100r/s}"
+ROUTES = "  - {location: /, upstream: app, limit_req: [{zone: one, burst: 100}]}"
 
-def config(upstream: Upstream, admin_port: int, extra: str = "") -> object:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-admin: {{listen: 127.0.0.1:{admin_port}, token: s3cret}}
-zones:
-  one: {{type: req, key: $binary_remote_addr, rate: 100r/s}}
-upstreams:
-  app: {{servers: [{upstream.address}]}}
-routes:
-  - {{location: /, upstream: app, limit_req: [{{zone: one, burst: 100}}]}}
-{extra}
-"""
 
-    return build
+def config(upstream: Upstream, admin_port: int, extra: str = "") -> Callable[[int], str]:
+    return support_config(upstream, admin=admin_port, token="s3cret", zones=ZONES, routes=ROUTES, extra=extra)
 
 
 async def status(url: str) -> int:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from collections.abc import Callable
 
 import aiohttp
 
+from tests.support.config import config as support_config
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -15,28 +17,21 @@ ADMIN_TOKEN = "adm-Tok3n-never-shown"
 REDIS_PASSWORD = "hunter2-Redis-pw"
 
 
-def config(upstream: Upstream, admin: int, redis_url: str, extra: str = "") -> object:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-shutdown_timeout: 5s
-admin: {{listen: 127.0.0.1:{admin}, token: {ADMIN_TOKEN}}}
-store:
-  redis: {{url: "{redis_url}", timeout: 100ms, on_error: local, prefix: "t:"}}
-zones:
-  tokens: {{type: req, key: $binary_remote_addr, rate: 10r/s}}
-upstreams:
-  app: {{servers: [{upstream.address}]}}
-routes:
-  - location: /
-    upstream: app
-    limit_req: [{{zone: tokens, burst: 5}}]
-    proxy_set_header: {{X-Api-Token: upstream-Secret-value}}
-    add_header: [{{name: X-Secret, value: added-Secret-value}}]
-{extra}
-"""
+ROUTE = """    limit_req: [{zone: tokens, burst: 5}]
+    proxy_set_header: {X-Api-Token: upstream-Secret-value}
+    add_header: [{name: X-Secret, value: added-Secret-value}]"""
 
-    return build
+
+def config(upstream: Upstream, admin: int, redis_url: str, extra: str = "") -> Callable[[int], str]:
+    return support_config(
+        upstream,
+        admin=admin,
+        token=ADMIN_TOKEN,
+        top=f'shutdown_timeout: 5s\nstore:\n  redis: {{url: "{redis_url}", timeout: 100ms, on_error: local, prefix: "t:"}}',
+        zones="  tokens: {type: req, key: $binary_remote_addr, rate: 10r/s}",
+        route=ROUTE,
+        extra=extra,
+    )
 
 
 async def admin_get(admin: int, path: str, token: str | None = ADMIN_TOKEN) -> tuple[int, str]:

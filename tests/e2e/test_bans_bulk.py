@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from tests.support.config import config
 from tests.support.gateway import cli
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
@@ -17,21 +19,9 @@ TOKEN = "bulk-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
-def config(upstream: Upstream, admin: int, extra: str = "") -> object:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-admin: {{listen: 127.0.0.1:{admin}, token: {TOKEN}}}
-log: {{access: off}}
-real_ip: {{from: [127.0.0.1], header: X-Real-IP}}
-upstreams:
-  app: {{servers: [{upstream.address}]}}
-routes:
-  - {{location: /, upstream: app}}
-{extra}
-"""
-
-    return build
+def bulk_config(upstream: Upstream, admin: int, extra: str = "") -> Callable[[int], str]:
+    top = "log: {access: off}\nreal_ip: {from: [127.0.0.1], header: X-Real-IP}"
+    return config(upstream, admin=admin, token=TOKEN, top=top, extra=extra)
 
 
 async def call(method: str, url: str, body: Any = None) -> tuple[int, Any, dict[str, str]]:
@@ -51,7 +41,7 @@ async def status_as(url: str, client: str) -> int:
 
 async def test_a_bulk_post_applies_the_valid_entries_and_says_why_others_were_not(gateway_factory, upstream):
     admin = free_port()
-    gw = gateway_factory(config(upstream, admin))
+    gw = gateway_factory(bulk_config(upstream, admin))
     base = f"http://127.0.0.1:{admin}"
     entries = [
         "192.0.2.1",
@@ -91,7 +81,7 @@ async def test_a_bulk_post_applies_the_valid_entries_and_says_why_others_were_no
 
 async def test_bad_bulk_requests_get_a_400(gateway_factory, upstream):
     admin = free_port()
-    gateway_factory(config(upstream, admin))
+    gateway_factory(bulk_config(upstream, admin))
     base = f"http://127.0.0.1:{admin}"
     for body in (
         {"bans": "192.0.2.1"},
@@ -112,7 +102,7 @@ async def test_bad_bulk_requests_get_a_400(gateway_factory, upstream):
 
 async def test_ban_and_unban_from_a_file_report_bad_lines_by_number(gateway_factory, upstream, tmp_path):
     admin = free_port()
-    gw = gateway_factory(config(upstream, admin))
+    gw = gateway_factory(bulk_config(upstream, admin))
     conf = str(gw.config_path)
     listfile = tmp_path / "feed.txt"
     listfile.write_text(
@@ -157,7 +147,7 @@ async def test_access_lists_from_files_are_read_at_each_reload(gateway_factory, 
     allow = tmp_path / "allow.txt"
     deny.write_text("# denied\n203.0.113.0/24\n2001:db8:dead::/48\n")
     allow.write_text("198.51.100.5\n")
-    make = config(upstream, admin, f"access: {{deny_file: {deny}, allow_file: {allow}, deny: [192.0.2.66]}}\n")
+    make = bulk_config(upstream, admin, f"access: {{deny_file: {deny}, allow_file: {allow}, deny: [192.0.2.66]}}\n")
     gw = gateway_factory(make)
     conf = str(gw.config_path)
     assert await status_as(gw.url, "203.0.113.9") == 403
@@ -196,7 +186,7 @@ def test_a_relative_list_file_is_found_next_to_the_configuration(tmp_path: Path)
 
 async def test_hostile_input_gets_a_4xx_or_a_line_number_never_a_traceback(gateway_factory, upstream, tmp_path):
     admin = free_port()
-    gw = gateway_factory(config(upstream, admin))
+    gw = gateway_factory(bulk_config(upstream, admin))
     base = f"http://127.0.0.1:{admin}"
     async with aiohttp.ClientSession() as session:
         big = io.BytesIO(b'{"bans": ["' + b"1" * (17 * 1024 * 1024) + b'"]}')

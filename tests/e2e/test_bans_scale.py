@@ -7,6 +7,7 @@ import os
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from gateway.bans.redis import RedisBans
 from gateway.bans.table import Ban, BanList, epoch_ms
 from tests.support.ban_lists import FREE_V4, FREE_V6, mixed_blocklist, samples
+from tests.support.config import config
 from tests.support.gateway import cli
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
@@ -28,24 +30,10 @@ N = 100_000
 
 def node_config(
     upstream: Upstream, admin_port: int, *, redis_url: str = "", prefix: str = "", extra: str = ""
-) -> object:
-    store = f'store:\n  redis: {{url: "{redis_url}", timeout: 50ms, prefix: "{prefix}"}}\n' if redis_url else ""
-
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-admin: {{listen: 127.0.0.1:{admin_port}, token: {TOKEN}}}
-log: {{access: off}}
-real_ip: {{from: [127.0.0.1, "::1"], header: X-Real-IP}}
-bans: {{sync_interval: 1s}}
-{store}upstreams:
-  app: {{servers: [{upstream.address}]}}
-routes:
-  - {{location: /, upstream: app}}
-{extra}
-"""
-
-    return build
+) -> Callable[[int], str]:
+    store = f'store:\n  redis: {{url: "{redis_url}", timeout: 50ms, prefix: "{prefix}"}}' if redis_url else ""
+    top = f'log: {{access: off}}\nreal_ip: {{from: [127.0.0.1, "::1"], header: X-Real-IP}}\nbans: {{sync_interval: 1s}}\n{store}'
+    return config(upstream, admin=admin_port, token=TOKEN, top=top, extra=extra)
 
 
 async def node_status(session: aiohttp.ClientSession, admin_port: int) -> dict[str, Any]:

@@ -7,11 +7,13 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.config import config
 from tests.support.gateway import cli
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
@@ -20,30 +22,28 @@ TOKEN = "s3cret"
 BANNED_IP = "203.0.113.9"
 
 
-def mix_config(upstream: Upstream, admin_port: int, workers: int, extra: str = "") -> object:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-workers: {workers}
-shutdown_timeout: 5s
-admin: {{listen: 127.0.0.1:{admin_port}, token: {TOKEN}}}
-real_ip: {{from: [127.0.0.1], header: X-Forwarded-For}}
-zones:
-  fast: {{type: req, key: $binary_remote_addr, rate: 1r/s}}
-  slow: {{type: req, key: $binary_remote_addr, rate: 1r/s}}
-  dry: {{type: req, key: $binary_remote_addr, rate: 1r/m}}
-  trap: {{type: req, key: $binary_remote_addr, rate: 1r/m, ban: 60s}}
-upstreams:
-  app: {{servers: [{upstream.address}], read_timeout: 5s}}
-routes:
-  - {{location: /pass, upstream: app, limit_req: [{{zone: fast, burst: 100, nodelay: true}}]}}
-  - {{location: /delay, upstream: app, limit_req: [{{zone: slow, burst: 2}}]}}
-  - {{location: /dry, upstream: app, dry_run: true, limit_req: [{{zone: dry}}]}}
-  - {{location: /trap, upstream: app, limit_req: [{{zone: trap}}]}}
-{extra}
-"""
+MIX_ZONES = """  fast: {type: req, key: $binary_remote_addr, rate: 1r/s}
+  slow: {type: req, key: $binary_remote_addr, rate: 1r/s}
+  dry: {type: req, key: $binary_remote_addr, rate: 1r/m}
+  trap: {type: req, key: $binary_remote_addr, rate: 1r/m, ban: 60s}"""
+MIX_ROUTES = """  - {location: /pass, upstream: app, limit_req: [{zone: fast, burst: 100, nodelay: true}]}
+  - {location: /delay, upstream: app, limit_req: [{zone: slow, burst: 2}]}
+  - {location: /dry, upstream: app, dry_run: true, limit_req: [{zone: dry}]}
+  - {location: /trap, upstream: app, limit_req: [{zone: trap}]}"""
 
-    return build
+
+def mix_config(upstream: Upstream, admin_port: int, workers: int, extra: str = "") -> Callable[[int], str]:
+    top = f"workers: {workers}\nshutdown_timeout: 5s\nreal_ip: {{from: [127.0.0.1], header: X-Forwarded-For}}"
+    return config(
+        upstream,
+        top=top,
+        admin=admin_port,
+        token=TOKEN,
+        zones=MIX_ZONES,
+        upstream_options="read_timeout: 5s",
+        routes=MIX_ROUTES,
+        extra=extra,
+    )
 
 
 async def scrape(url: str, token: str | None = TOKEN) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

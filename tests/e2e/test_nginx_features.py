@@ -7,6 +7,7 @@ import asyncio
 
 import aiohttp
 
+from tests.support.config import config
 from tests.support.upstreams import Upstream
 
 
@@ -29,18 +30,8 @@ def seen(upstream: Upstream, index: int = -1) -> dict[str, str]:
     return {k.lower(): v for k, v in upstream.seen[index]["headers"]}
 
 
-def config(port: int, upstream: Upstream, routes: str, defaults: str = "") -> str:
-    return f"""
-listen: 127.0.0.1:{port}
-shutdown_timeout: 5s
-upstreams:
-  app:
-    servers: [{upstream.address}]
-    read_timeout: 2s
-{defaults}
-routes:
-{routes}
-"""
+TOP = "shutdown_timeout: 5s"
+APP = "read_timeout: 2s"
 
 
 URI_ROUTES = """
@@ -59,7 +50,7 @@ URI_ROUTES = """
 
 
 async def test_proxy_pass_uri_replaces_the_matched_prefix(gateway_factory, upstream):
-    gw = gateway_factory(lambda p: config(p, upstream, URI_ROUTES))
+    gw = gateway_factory(config(upstream, top=TOP, upstream_options=APP, routes=URI_ROUTES))
     cases = [
         (b"/api/users?x=1", "/v1/users?x=1"),
         (b"/api/", "/v1/"),
@@ -109,7 +100,7 @@ defaults:
 
 
 async def test_proxy_set_header_sets_removes_and_replaces_the_inherited_list(gateway_factory, upstream):
-    gw = gateway_factory(lambda p: config(p, upstream, HEADER_ROUTES, HEADER_DEFAULTS))
+    gw = gateway_factory(config(upstream, top=TOP + HEADER_DEFAULTS, upstream_options=APP, routes=HEADER_ROUTES))
     headers = {"X-Drop": "secret", "X-User": "ann", "X-Forwarded-For": "9.9.9.9", "Host": "client.example"}
     status, _, _ = await fetch(gw.url + "/own/x?tenant=7", headers=headers)
     assert status == 200
@@ -127,7 +118,7 @@ async def test_proxy_set_header_sets_removes_and_replaces_the_inherited_list(gat
 
 
 async def test_add_header_on_listed_statuses_and_always_on_every_response(gateway_factory, upstream):
-    gw = gateway_factory(lambda p: config(p, upstream, HEADER_ROUTES))
+    gw = gateway_factory(config(upstream, top=TOP, upstream_options=APP, routes=HEADER_ROUTES))
     status, headers, _ = await fetch(gw.url + "/added/page", headers={"Host": "Site.Example"})
     assert status == 200
     assert headers["X-Frame-Options"] == "DENY"
@@ -166,7 +157,7 @@ async def test_return_routes_answer_without_an_upstream(gateway_factory):
 
     dead = Upstream("dead")
     dead.port = free_port()
-    gw = gateway_factory(lambda p: config(p, dead, RETURN_ROUTES))
+    gw = gateway_factory(config(dead, top=TOP, upstream_options=APP, routes=RETURN_ROUTES))
     status, headers, body = await fetch(gw.url + "/old/a?b=1")
     assert status == 301 and headers["Location"] == "https://new.example/old/a?b=1"
     status, headers, body = await fetch(gw.url + "/gone")
@@ -181,7 +172,7 @@ async def test_return_routes_answer_without_an_upstream(gateway_factory):
 
 async def test_header_values_never_carry_a_line_break(gateway_factory, upstream):
     # an attacker's attempt: an encoded CR LF in a query argument used by a header template
-    gw = gateway_factory(lambda p: config(p, upstream, HEADER_ROUTES))
+    gw = gateway_factory(config(upstream, top=TOP, upstream_options=APP, routes=HEADER_ROUTES))
     out = await raw(
         gw.port, b"GET /own/x?tenant=a%0d%0aX-Injected:%201 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
     )

@@ -7,30 +7,20 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
 
+from tests.support.config import config
 from tests.support.gateway import cli
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
 
-def config(upstream: Upstream, extra: str = "") -> object:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-shutdown_timeout: 5s
-admin: {{listen: off}}
-upstreams:
-  app: {{servers: [{upstream.address}]}}
-routes:
-  - {{location: /, upstream: app}}
-{extra}
-"""
-
-    return build
+def plain(upstream: Upstream, extra: str = "") -> Callable[[int], str]:
+    return config(upstream, top="shutdown_timeout: 5s", admin="{listen: off}", extra=extra)
 
 
 async def wait_for(predicate, timeout: float = 15.0) -> None:
@@ -47,7 +37,7 @@ def dead_pid() -> int:
 
 
 async def test_pid_file_written_at_start_and_stop_drains_and_removes_it(gateway_factory, upstream):
-    gw = gateway_factory(config(upstream, "pid: run/gw.pid\n"))  # relative: to the config file's directory
+    gw = gateway_factory(plain(upstream, "pid: run/gw.pid\n"))  # relative: to the config file's directory
     pid_file = gw.config_path.parent / "run" / "gw.pid"
     assert gw.proc is not None
     await wait_for(pid_file.exists)
@@ -70,7 +60,7 @@ async def test_pid_file_written_at_start_and_stop_drains_and_removes_it(gateway_
 async def test_a_second_start_is_refused_and_a_stale_pid_file_is_taken_over(gateway_factory, upstream, tmp_path):
     pid_file = tmp_path / "gateway.pid"
     pid_file.write_text(f"{dead_pid()}\n")  # stale: left by a gateway that was killed
-    gw = gateway_factory(config(upstream, f"pid: {pid_file}\n"))
+    gw = gateway_factory(plain(upstream, f"pid: {pid_file}\n"))
     assert gw.proc is not None
     await wait_for(lambda: pid_file.read_text() == f"{gw.proc.pid}\n")
     assert f"took over the stale pid file {pid_file}" in gw.stderr()
@@ -94,7 +84,7 @@ async def test_the_default_pid_file_is_in_the_runtime_dir_and_reload_and_stop_fi
     runtime = tmp_path / "xdg"
     runtime.mkdir(mode=0o700)
     env = {"XDG_RUNTIME_DIR": str(runtime)}
-    gw = gateway_factory(config(upstream, "workers: 2\n"), env=env)
+    gw = gateway_factory(plain(upstream, "workers: 2\n"), env=env)
     assert gw.proc is not None
     files = []
 
@@ -105,7 +95,7 @@ async def test_the_default_pid_file_is_in_the_runtime_dir_and_reload_and_stop_fi
     await wait_for(written)
     assert files[0].read_text() == f"{gw.proc.pid}\n"  # the master's pid
     # admin is off: reload signals the process through the pid file
-    gw.write_config(config(upstream, "workers: 2\nserver_tokens: off\n")(gw.port))
+    gw.write_config(plain(upstream, "workers: 2\nserver_tokens: off\n")(gw.port))
     done = cli("reload", "-c", str(gw.config_path), env=env)
     assert done.returncode == 0 and f"sent SIGHUP to pid {gw.proc.pid}" in done.stdout
     await wait_for(lambda: "reconfiguring: signalling 2 workers" in gw.stderr())
@@ -145,7 +135,7 @@ def test_a_configured_pid_file_in_a_directory_others_can_write_refuses_the_start
     shared.mkdir()
     shared.chmod(0o777)
     conf = tmp_path / "limits.yaml"
-    conf.write_text(config(upstream, f"pid: {shared}/gw.pid\n")(free_port()))
+    conf.write_text(plain(upstream, f"pid: {shared}/gw.pid\n")(free_port()))
     started = cli("run", "-c", str(conf), timeout=30)
     assert started.returncode == 1
     assert f"refusing to write the pid file in {shared}: others can write that directory" in started.stderr

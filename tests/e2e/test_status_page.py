@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import Callable
 
 import aiohttp
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from gateway.metrics import activity
 from gateway.metrics.activity import Activity, merge
 from tests.support.browser import Browser, find_chromium
+from tests.support.config import config
 from tests.support.gateway import cli
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
@@ -25,26 +27,17 @@ EVIL_KEY = "<img src=x onerror=window.__owned=1>"
 EVIL_REASON = '<script>window.__owned=2</script><b onmouseover="x">'
 
 
-def config(upstream: Upstream, admin_port: int, store: str = "") -> object:
-    def build(port: int) -> str:
-        return f"""
-{store}
-listen: 127.0.0.1:{port}
-admin: {{listen: 127.0.0.1:{admin_port}, token: {TOKEN}}}
-real_ip: {{from: [127.0.0.1/32], header: X-Forwarded-For}}
-zones:
-  per_ip: {{type: req, key: $binary_remote_addr, rate: 1r/m}}
-  per_user: {{type: req, key: $http_x_user, rate: 1r/m}}
-  slow: {{type: req, key: $binary_remote_addr, rate: 5r/s}}
-upstreams:
-  app: {{servers: [{upstream.address}]}}
-routes:
-  - {{location: /api/, upstream: app, limit_req: [{{zone: per_ip, burst: 1, nodelay: true}}]}}
-  - {{location: /slow/, upstream: app, limit_req: [{{zone: slow, burst: 10}}]}}
-  - {{location: /, upstream: app, limit_req: [{{zone: per_user, burst: 1, nodelay: true}}]}}
-"""
+ZONES = """  per_ip: {type: req, key: $binary_remote_addr, rate: 1r/m}
+  per_user: {type: req, key: $http_x_user, rate: 1r/m}
+  slow: {type: req, key: $binary_remote_addr, rate: 5r/s}"""
+ROUTES = """  - {location: /api/, upstream: app, limit_req: [{zone: per_ip, burst: 1, nodelay: true}]}
+  - {location: /slow/, upstream: app, limit_req: [{zone: slow, burst: 10}]}
+  - {location: /, upstream: app, limit_req: [{zone: per_user, burst: 1, nodelay: true}]}"""
 
-    return build
+
+def page_config(upstream: Upstream, admin_port: int, store: str = "") -> Callable[[int], str]:
+    top = store.strip() + "\nreal_ip: {from: [127.0.0.1/32], header: X-Forwarded-For}"
+    return config(upstream, admin=admin_port, token=TOKEN, top=top, zones=ZONES, routes=ROUTES)
 
 
 async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
@@ -69,7 +62,7 @@ async def browser():
 
 async def test_the_page_is_public_but_holds_no_data_and_forbids_framing(gateway_factory, upstream):
     admin = free_port()
-    gateway_factory(config(upstream, admin))
+    gateway_factory(page_config(upstream, admin))
     status, body, headers = await get(f"http://127.0.0.1:{admin}/")
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     csp = headers["Content-Security-Policy"]
@@ -101,7 +94,7 @@ async def test_the_page_is_public_but_holds_no_data_and_forbids_framing(gateway_
 
 async def test_activity_counts_outcomes_and_rejected_keys(gateway_factory, upstream):
     admin = free_port()
-    gw = gateway_factory(config(upstream, admin))
+    gw = gateway_factory(page_config(upstream, admin))
     # per_ip: 1r/m with burst 1 and nodelay: two pass, the next three are rejected.
     got = await statuses(gw.url + "/api/x", 5, {"X-Forwarded-For": "203.0.113.7"})
     assert got == [200, 200, 503, 503, 503]
@@ -152,7 +145,7 @@ async def test_activity_counts_outcomes_and_rejected_keys(gateway_factory, upstr
 async def test_activity_with_redis_reports_the_circuit(gateway_factory, upstream, redis_server):
     admin = free_port()
     store = f'store: {{redis: {{url: "{redis_server.url}", timeout: 200ms, prefix: "page:"}}}}'
-    gw = gateway_factory(config(upstream, admin, store))
+    gw = gateway_factory(page_config(upstream, admin, store))
     assert await statuses(gw.url + "/api/x", 3, {"X-Forwarded-For": "203.0.113.9"}) == [200, 200, 503]
     auth = {"Authorization": f"Bearer {TOKEN}"}
     body = json.loads((await get(f"http://127.0.0.1:{admin}/status/activity", auth))[1])
@@ -169,7 +162,7 @@ async def test_with_workers_the_master_serves_the_page_with_every_workers_counts
     """The master serves the admin API; the counts live in the workers and reach it over the
     stats channel (the one /metrics uses): one answer for the node."""
     admin = free_port()
-    gw = gateway_factory(config(upstream, admin, "workers: 2"))
+    gw = gateway_factory(page_config(upstream, admin, "workers: 2"))
     assert (await get(f"http://127.0.0.1:{admin}/"))[0] == 200
     # new connections each: the kernel spreads them over both workers; the zone is node-wide
     assert sorted(await statuses(gw.url + "/api/x", 4, {"X-Forwarded-For": "203.0.113.7"})) == [200, 200, 503, 503]
@@ -190,7 +183,7 @@ async def test_with_workers_the_master_serves_the_page_with_every_workers_counts
 
 async def test_page_in_chromium_shows_keys_and_bans_and_unbans(gateway_factory, upstream, browser):
     admin = free_port()
-    gw = gateway_factory(config(upstream, admin))
+    gw = gateway_factory(page_config(upstream, admin))
     conf = str(gw.config_path)
     page = f"http://127.0.0.1:{admin}/"
     await statuses(gw.url + "/api/x", 4, {"X-Forwarded-For": "203.0.113.7"})
@@ -257,7 +250,7 @@ async def test_page_in_chromium_shows_keys_and_bans_and_unbans(gateway_factory, 
 async def test_page_favicon_request_is_answered(gateway_factory, upstream, browser):
     """A browser that opens /favicon.ico itself (as it does for a page without an icon link)."""
     admin = free_port()
-    gateway_factory(config(upstream, admin))
+    gateway_factory(page_config(upstream, admin))
     await browser.navigate(f"http://127.0.0.1:{admin}/favicon.ico")
     assert browser.problems() == []
     assert (f"http://127.0.0.1:{admin}/favicon.ico", 200) in browser.responses()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 
 import aiohttp
 import pytest
 
+from tests.support.config import config
 from tests.support.gateway import cli
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
@@ -17,31 +19,20 @@ from tests.support.upstreams import Upstream
 TOKEN = "s3cret"
 
 
-def config(upstream: Upstream, admin: int, extra: str = "") -> object:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-admin: {{listen: 127.0.0.1:{admin}, token: {TOKEN}}}
-zones:
-  req: {{type: req, key: $binary_remote_addr, rate: 1r/m}}
-  cnt: {{type: count, key: $binary_remote_addr, limit: 5, window: 60s}}
-  slide: {{type: count, key: $binary_remote_addr, limit: 5, window: 60s, window_type: sliding}}
-  cell: {{type: gcra, key: $binary_remote_addr, rate: 1r/m, burst: 3}}
-  log: {{type: sliding_log, key: $binary_remote_addr, limit: 5, window: 60s}}
-  bucket: {{type: token, key: $binary_remote_addr, rate: 5r/s, max_delay: 300ms}}
-  long: {{type: count, key: $http_x_user, limit: 9, window: 60s, max_key: 32}}
-upstreams:
-  app: {{servers: [{upstream.address}]}}
-routes:
-  - location: /
-    upstream: app
-    limit_req: [{{zone: req, burst: 10, nodelay: true}}]
-    limit_count: [{{zone: cnt}}, {{zone: slide}}, {{zone: long}}]
-    limits: [{{zone: cell}}, {{zone: log}}, {{zone: bucket}}]
-{extra}
-"""
+ZONES = """  req: {type: req, key: $binary_remote_addr, rate: 1r/m}
+  cnt: {type: count, key: $binary_remote_addr, limit: 5, window: 60s}
+  slide: {type: count, key: $binary_remote_addr, limit: 5, window: 60s, window_type: sliding}
+  cell: {type: gcra, key: $binary_remote_addr, rate: 1r/m, burst: 3}
+  log: {type: sliding_log, key: $binary_remote_addr, limit: 5, window: 60s}
+  bucket: {type: token, key: $binary_remote_addr, rate: 5r/s, max_delay: 300ms}
+  long: {type: count, key: $http_x_user, limit: 9, window: 60s, max_key: 32}"""
+ROUTE = """    limit_req: [{zone: req, burst: 10, nodelay: true}]
+    limit_count: [{zone: cnt}, {zone: slide}, {zone: long}]
+    limits: [{zone: cell}, {zone: log}, {zone: bucket}]"""
 
-    return build
+
+def every_zone_type(upstream: Upstream, admin: int, extra: str = "") -> Callable[[int], str]:
+    return config(upstream, admin=admin, token=TOKEN, zones=ZONES, route=ROUTE, extra=extra)
 
 
 async def send(url: str, n: int, user: str) -> None:
@@ -113,7 +104,7 @@ async def wait_workers(gw, n: int) -> None:
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_zone_state_on_the_embedded_store(gateway_factory, upstream, workers):
     admin = free_port()
-    gw = gateway_factory(config(upstream, admin, f"workers: {workers}\n"))
+    gw = gateway_factory(every_zone_type(upstream, admin, f"workers: {workers}\n"))
     await wait_workers(gw, workers)
     await check_zone_state(gw, admin)
 
@@ -123,7 +114,7 @@ async def test_zone_state_on_redis(gateway_factory, upstream, redis_server, work
     redis_server.command("FLUSHALL")
     admin = free_port()
     store = f'store: {{redis: {{url: "redis://127.0.0.1:{redis_server.port}", prefix: "zs:", timeout: 1s}}}}\n'
-    gw = gateway_factory(config(upstream, admin, f"workers: {workers}\n{store}"))
+    gw = gateway_factory(every_zone_type(upstream, admin, f"workers: {workers}\n{store}"))
     await wait_workers(gw, workers)
     await check_zone_state(gw, admin)
     # reset deleted the key the script wrote: the one request since counts from 1 again

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 import aiohttp
 import pytest
 import redis
 
+from tests.support.config import config
 from tests.support.paths import ROOT
 from tests.support.upstreams import Upstream
 
@@ -29,28 +31,20 @@ def node_config(
     timeout: str = "100ms",
     zones: str = "",
     route: str = "",
-) -> object:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-shutdown_timeout: 3s
-admin: {{listen: off}}
-log: {{format: json}}
-bans: {{sync_interval: 1s}}
-store:
-  redis: {{url: "{redis_url}", timeout: {timeout}, on_error: {on_error}, prefix: "{prefix}"}}
-zones:
-{zones or "  per_key: {type: req, key: $arg_k, rate: 5r/s, ban: 0}"}
-upstreams:
-  app: {{servers: [{upstream.address}], read_timeout: 5s}}
-routes:
-  - location: /
-    upstream: app
-{route or "    limit_req: [{zone: per_key, burst: 2, nodelay: true}]"}
-{extra}
-"""
-
-    return build
+) -> Callable[[int], str]:
+    top = (
+        "shutdown_timeout: 3s\nlog: {format: json}\nbans: {sync_interval: 1s}\n"
+        f'store:\n  redis: {{url: "{redis_url}", timeout: {timeout}, on_error: {on_error}, prefix: "{prefix}"}}'
+    )
+    return config(
+        upstream,
+        top=top,
+        admin="{listen: off}",
+        zones=zones or "  per_key: {type: req, key: $arg_k, rate: 5r/s, ban: 0}",
+        upstream_options="read_timeout: 5s",
+        route=route or "    limit_req: [{zone: per_key, burst: 2, nodelay: true}]",
+        extra=extra,
+    )
 
 
 async def status_of(session: aiohttp.ClientSession, url: str) -> int:

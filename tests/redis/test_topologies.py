@@ -5,39 +5,31 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 
 import aiohttp
 import pytest
 import redis
 from redis.cluster import RedisCluster as SyncCluster
 
+from tests.support.config import config
 from tests.support.upstreams import Upstream
 
 pytestmark = pytest.mark.slow
 
-LIMITS = """
-zones:
-  per_key: {type: req, key: $arg_k, rate: 1r/s}
+ZONES = """  per_key: {type: req, key: $arg_k, rate: 1r/s}
   quota: {type: count, key: $arg_k, limit: 3, window: 60s}
-  conns: {type: conn, key: $arg_k}
-upstreams:
-  app: {servers: [UPSTREAM], read_timeout: 5s}
-routes:
-  - location: /
-    upstream: app
-    limit_req: [{zone: per_key, burst: 5, nodelay: true}]
+  conns: {type: conn, key: $arg_k}"""
+ROUTE = """    limit_req: [{zone: per_key, burst: 5, nodelay: true}]
     limit_count: [{zone: quota}]
-    limit_conn: [{zone: conns, max: 1}]
-"""
+    limit_conn: [{zone: conns, max: 1}]"""
 
 
-def config(upstream: Upstream, store: str) -> object:
-    def build(port: int) -> str:
-        return f"listen: 127.0.0.1:{port}\nadmin: {{listen: off}}\nlog: {{format: json}}\n{store}\n" + LIMITS.replace(
-            "UPSTREAM", upstream.address
-        )
-
-    return build
+def limits_on(upstream: Upstream, store: str) -> Callable[[int], str]:
+    top = f"log: {{format: json}}\n{store}"
+    return config(
+        upstream, top=top, admin="{listen: off}", zones=ZONES, upstream_options="read_timeout: 5s", route=ROUTE
+    )
 
 
 async def get(session: aiohttp.ClientSession, url: str) -> int:
@@ -50,7 +42,7 @@ async def test_two_nodes_share_limits_on_a_redis_cluster(gateway_factory, upstre
     prefix = f"c{uuid.uuid4().hex[:6]}:"
     seeds = ", ".join(f'"{u}"' for u in redis_cluster.seed_urls[:2])
     store = f'store:\n  redis: {{cluster: [{seeds}], timeout: 500ms, on_error: deny, prefix: "{prefix}"}}'
-    a, b = gateway_factory(config(upstream, store)), gateway_factory(config(upstream, store))
+    a, b = gateway_factory(limits_on(upstream, store)), gateway_factory(limits_on(upstream, store))
     cluster = SyncCluster(host="127.0.0.1", port=redis_cluster.masters[0].port)
 
     async def alice_slot_back() -> None:
@@ -100,7 +92,7 @@ async def test_sentinel_failover_under_traffic(gateway_factory, upstream, redis_
         f"store:\n  redis: {{sentinel: {{master: {redis_sentinel.master_name}, nodes: [{nodes}]}}, "
         f'timeout: 200ms, on_error: local, prefix: "{prefix}"}}'
     )
-    gw = gateway_factory(config(upstream, store))
+    gw = gateway_factory(limits_on(upstream, store))
     results: list[tuple[int, float]] = []
     stop = asyncio.Event()
 

@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 
 from gateway.admin import token as admin_token
+from tests.support.config import config
 from tests.support.gateway import cli as _cli
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
@@ -34,18 +35,7 @@ JSON = {"Content-Type": "application/json"}
 
 
 def gateway_config(upstream: Upstream, admin_port: int, admin_extra: str = "", extra: str = "") -> Any:
-    def build(port: int) -> str:
-        return f"""
-listen: 127.0.0.1:{port}
-admin: {{listen: 127.0.0.1:{admin_port}{admin_extra}}}
-upstreams:
-  app: {{servers: [{upstream.address}]}}
-routes:
-  - {{location: /, upstream: app}}
-{extra}
-"""
-
-    return build
+    return config(upstream, admin=f"{{listen: 127.0.0.1:{admin_port}{admin_extra}}}", extra=extra)
 
 
 def runtime_env(tmp_path: Path) -> dict[str, str]:

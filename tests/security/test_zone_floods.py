@@ -21,6 +21,7 @@ from gateway.http.realip import parse_addr
 from gateway.limits import nginx_req
 from gateway.plan import load_config_text
 from gateway.store.memory import ENTRY_COST, MemoryStore
+from tests.support.config import config
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -28,21 +29,15 @@ ZONE_SIZE = 1 << 20
 
 
 def flood_config(port: int, upstream: str, admin_port: int, store: str = "") -> str:
-    return f"""
-listen: 127.0.0.1:{port}
-shutdown_timeout: 3s
-admin: {{listen: 127.0.0.1:{admin_port}, token: flood}}
-log: {{access: off}}
-{store}
-zones:
-  by_key: {{type: req, key: $http_x_key, rate: 1r/m, size: 1m}}
-upstreams:
-  app: {{servers: [{upstream}], read_timeout: 5s}}
-routes:
-  - location: /
-    upstream: app
-    limit_req: [{{zone: by_key, burst: 5, nodelay: true}}]
-"""
+    return config(
+        upstream,
+        top=f"shutdown_timeout: 3s\nlog: {{access: off}}\n{store}",
+        admin=admin_port,
+        token="flood",
+        zones="  by_key: {type: req, key: $http_x_key, rate: 1r/m, size: 1m}",
+        upstream_options="read_timeout: 5s",
+        route="    limit_req: [{zone: by_key, burst: 5, nodelay: true}]",
+    )(port)
 
 
 def unique_key(i: int) -> str:
@@ -139,35 +134,21 @@ async def test_workers_send_the_shared_store_hashed_keys(gateway_factory, upstre
 # -- IPv6 clients rotating inside their /64 ----------------------------------------------------------
 
 
+V6_ZONES = """  per64: {type: req, key: $binary_remote_addr, rate: 1r/m, ipv6_prefix: 64}
+  per128: {type: req, key: $binary_remote_addr, rate: 1r/m}
+  text64: {type: count, key: $remote_addr, limit: 1, window: 1m, ipv6_prefix: 64}
+  banned64: {type: req, key: $binary_remote_addr, rate: 1r/m, ban: 1h, ipv6_prefix: 64}"""
+V6_ROUTES = """  - {location: /p64, upstream: app, limit_req: [{zone: per64, nodelay: true}]}
+  - {location: /p128, upstream: app, limit_req: [{zone: per128, nodelay: true}]}
+  - {location: /count64, upstream: app, limit_count: [{zone: text64}]}
+  - {location: /ban64, upstream: app, limit_req: [{zone: banned64, nodelay: true}]}"""
+
+
 def v6_config(port: int, upstream: Upstream, store: str = "") -> str:
-    return f"""
-listen: 127.0.0.1:{port}
-shutdown_timeout: 3s
-admin: {{listen: off}}
-log: {{access: off}}
-real_ip: {{from: [127.0.0.1/32], header: X-Real-IP}}
-{store}
-zones:
-  per64: {{type: req, key: $binary_remote_addr, rate: 1r/m, ipv6_prefix: 64}}
-  per128: {{type: req, key: $binary_remote_addr, rate: 1r/m}}
-  text64: {{type: count, key: $remote_addr, limit: 1, window: 1m, ipv6_prefix: 64}}
-  banned64: {{type: req, key: $binary_remote_addr, rate: 1r/m, ban: 1h, ipv6_prefix: 64}}
-upstreams:
-  app: {{servers: [{upstream.address}], read_timeout: 5s}}
-routes:
-  - location: /p64
-    upstream: app
-    limit_req: [{{zone: per64, nodelay: true}}]
-  - location: /p128
-    upstream: app
-    limit_req: [{{zone: per128, nodelay: true}}]
-  - location: /count64
-    upstream: app
-    limit_count: [{{zone: text64}}]
-  - location: /ban64
-    upstream: app
-    limit_req: [{{zone: banned64, nodelay: true}}]
-"""
+    top = f"shutdown_timeout: 3s\nlog: {{access: off}}\nreal_ip: {{from: [127.0.0.1/32], header: X-Real-IP}}\n{store}"
+    return config(
+        upstream, top=top, admin="{listen: off}", zones=V6_ZONES, upstream_options="read_timeout: 5s", routes=V6_ROUTES
+    )(port)
 
 
 async def _status(session: aiohttp.ClientSession, url: str, client: str) -> int:

@@ -12,6 +12,7 @@ from gateway.limits import nginx_req
 from gateway.plan import load_config_text
 from gateway.plan.compiled import CompiledConfig, RoutePlan
 from gateway.store.base import Store, Verdict
+from tests.support.config import config as gateway_config
 
 __all__ = ["T0", "FakeClock", "Outcome", "Scenario", "config", "req_status"]
 
@@ -102,11 +103,5 @@ def _keys(value: list[bytes] | bytes | None, n: int) -> list[bytes]:
 
 
 def config(zones: str, routes: str) -> str:
-    return f"""
-zones:
-{zones}
-upstreams:
-  app: {{servers: [127.0.0.1:9]}}
-routes:
-{routes}
-"""
+    """Zones and routes for a store under test (the upstream is never reached)."""
+    return gateway_config("127.0.0.1:9", zones=zones, routes=routes)(8080)

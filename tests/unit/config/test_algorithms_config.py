@@ -6,18 +6,15 @@ import pytest
 
 from gateway.errors import ConfigErrors
 from gateway.plan import load_config_text
+from tests.support.config import config
+
+ZONES = """  r: {type: req, key: $binary_remote_addr, rate: 1r/s}
+  c: {type: conn, key: $binary_remote_addr}"""
 
 
 def cfg(zone: str, use: str = "{zone: z}") -> str:
-    return f"""
-zones:
-  z: {zone}
-  r: {{type: req, key: $binary_remote_addr, rate: 1r/s}}
-  c: {{type: conn, key: $binary_remote_addr}}
-upstreams: {{app: {{servers: [127.0.0.1:9]}}}}
-routes:
-  - {{location: /, upstream: app, limits: [{use}]}}
-"""
+    routes = f"  - {{location: /, upstream: app, limits: [{use}]}}"
+    return config("127.0.0.1:9", zones=f"  z: {zone}\n{ZONES}", routes=routes)(8080)
 
 
 def test_limits_list_feeds_every_kind_in_order():

@@ -17,6 +17,7 @@ from gateway.http.context import RequestContext
 from gateway.http.keys import DEFAULT_MAX_KEY, HASHED_MARK, compile_key, hashed_key, longest_key, parse_key
 from gateway.http.realip import parse_addr
 from gateway.plan import load_config_text
+from tests.support.config import config as support_config
 
 
 def context(client: str = "192.0.2.1", headers: dict[str, str] | None = None, target: str = "/") -> RequestContext:
@@ -155,16 +156,8 @@ def test_compile_key_refuses_a_max_key_out_of_range(max_key):
 
 
 def config(zone: str) -> str:
-    return f"""
-listen: 127.0.0.1:8080
-zones:
-  z: {zone}
-upstreams:
-  app: {{servers: [127.0.0.1:9]}}
-routes:
-  - location: /
-    upstream: app
-"""
+    # block style, so that a test can append keys to the route
+    return support_config("127.0.0.1:9", zones=f"  z: {zone}", routes="  - location: /\n    upstream: app")(8080)
 
 
 def test_zone_defaults_are_nginx_compatible():
