@@ -11,6 +11,7 @@ import aiohttp
 
 from tests.support.config import config as support_config
 from tests.support.gateway import cli
+from tests.support.http import status
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -20,13 +21,6 @@ ROUTES = "  - {location: /, upstream: app, limit_req: [{zone: one, burst: 100}]}
 
 def config(upstream: Upstream, admin_port: int, extra: str = "") -> Callable[[int], str]:
     return support_config(upstream, admin=admin_port, token="s3cret", zones=ZONES, routes=ROUTES, extra=extra)
-
-
-async def status(url: str) -> int:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url) as resp:
-            await resp.read()
-            return resp.status
 
 
 async def test_admin_api_needs_the_token_and_reports_status(gateway_factory, upstream):

@@ -12,6 +12,7 @@ import aiohttp
 
 from tests.support.config import config
 from tests.support.gateway import cli
+from tests.support.http import get, request
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -25,18 +26,10 @@ def bulk_config(upstream: Upstream, admin: int, extra: str = "") -> Callable[[in
 
 
 async def call(method: str, url: str, body: Any = None) -> tuple[int, Any, dict[str, str]]:
-    async with aiohttp.ClientSession() as session:
-        data = None if body is None else io.BytesIO(json.dumps(body).encode())
-        async with session.request(method, url, headers=AUTH, data=data) as resp:
-            text = await resp.text()
-            return resp.status, json.loads(text) if text.strip() else None, dict(resp.headers)
-
-
-async def status_as(url: str, client: str) -> int:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url + "/echo", headers={"X-Real-IP": client}) as resp:
-            await resp.read()
-            return resp.status
+    """The admin API with the token: (status, the JSON answer or None, headers)."""
+    data = None if body is None else io.BytesIO(json.dumps(body).encode())
+    reply = await request(method, url, headers=AUTH, data=data)
+    return reply.status, reply.json() if reply.body.strip() else None, reply.headers
 
 
 async def test_a_bulk_post_applies_the_valid_entries_and_says_why_others_were_not(gateway_factory, upstream):
@@ -66,7 +59,7 @@ async def test_a_bulk_post_applies_the_valid_entries_and_says_why_others_were_no
         ("192.0.2.1/32", "feed", False),
         ("198.51.100.0/24", "own reason", True),
     }
-    assert await status_as(gw.url, "198.51.100.20") == 403
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "198.51.100.20"})).status == 403
     # force applies to the whole request
     status, body, _ = await call("POST", base + "/bans", {"bans": ["10.0.0.0/8"], "force": True})
     assert (status, body["banned"], body["refused"]) == (200, 1, [])
@@ -115,7 +108,7 @@ async def test_ban_and_unban_from_a_file_report_bad_lines_by_number(gateway_fact
         f"gateway: {listfile}:6: ban refused by the gateway: 10.0.0.0/8 is wider than /16; add --force",
     ]
     assert done.stdout == "banned 4 addresses and networks for 1d; 2 lines skipped\n"
-    assert await status_as(gw.url, "192.0.2.9") == 403
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "192.0.2.9"})).status == 403
     # the same from stdin, with --force: the wide one goes in too
     done = cli("ban", "--file", "-", "--force", "--for", "0", "-c", conf, stdin="10.0.0.0/8\n")
     assert done.returncode == 0 and done.stdout == "banned 1 addresses and networks until unbanned\n", done.stderr
@@ -130,7 +123,7 @@ async def test_ban_and_unban_from_a_file_report_bad_lines_by_number(gateway_fact
     gone = cli("unban", "--file", str(listfile), "-c", conf)
     assert gone.returncode == 1 and gone.stderr.count("\n") == 1  # the bad line, once
     assert gone.stdout == "unbanned 5; 0 were not banned; 1 lines skipped\n"
-    assert await status_as(gw.url, "192.0.2.9") == 200
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "192.0.2.9"})).status == 200
     both = cli("ban", "192.0.2.1", "--file", str(listfile), "-c", conf)
     assert both.returncode == 1 and both.stderr.count("\n") == 1 and "either" in both.stderr
     missing = cli("ban", "--file", str(tmp_path / "absent.txt"), "-c", conf)
@@ -150,24 +143,26 @@ async def test_access_lists_from_files_are_read_at_each_reload(gateway_factory, 
     make = bulk_config(upstream, admin, f"access: {{deny_file: {deny}, allow_file: {allow}, deny: [192.0.2.66]}}\n")
     gw = gateway_factory(make)
     conf = str(gw.config_path)
-    assert await status_as(gw.url, "203.0.113.9") == 403
-    assert await status_as(gw.url, "192.0.2.66") == 403  # the inline list still counts
-    assert await status_as(gw.url, "203.0.114.9") == 200
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "203.0.113.9"})).status == 403
+    assert (
+        await get(gw.url + "/echo", headers={"X-Real-IP": "192.0.2.66"})
+    ).status == 403  # the inline list still counts
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "203.0.114.9"})).status == 200
     # allow_file: the policy knows it, and an allowed client is never banned
     refused = cli("ban", "198.51.100.0/24", "-c", conf)
     assert refused.returncode == 1 and "covers 198.51.100.5/32 in access.allow" in refused.stderr
     assert cli("ban", "198.51.100.0/24", "--force", "-c", conf).returncode == 0
-    assert await status_as(gw.url, "198.51.100.5") == 200
-    assert await status_as(gw.url, "198.51.100.6") == 403
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "198.51.100.5"})).status == 200
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "198.51.100.6"})).status == 403
     # a bad line: check names the file and the line; reload keeps the running lists
     deny.write_text("203.0.113.0/24\n\n999.1.1.1\n")
     checked = cli("check", "-c", conf)
     assert checked.returncode == 1 and f"{deny}:3: not an IP address or CIDR: 999.1.1.1" in checked.stderr
     assert cli("reload", "-c", conf).returncode == 1
-    assert await status_as(gw.url, "203.0.113.9") == 403
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "203.0.113.9"})).status == 403
     deny.write_text("2001:db8:dead::/48\n")
     assert cli("reload", "-c", conf).returncode == 0
-    assert await status_as(gw.url, "203.0.113.9") == 200
+    assert (await get(gw.url + "/echo", headers={"X-Real-IP": "203.0.113.9"})).status == 200
 
 
 def test_a_relative_list_file_is_found_next_to_the_configuration(tmp_path: Path) -> None:

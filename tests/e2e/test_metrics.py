@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.config import config
 from tests.support.gateway import cli
+from tests.support.http import status
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -65,14 +66,6 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get(name, {}).get(tuple(sorted(labels.items())), 0.0)
 
 
-async def fetch(url: str, headers: dict[str, str] | None = None) -> int:
-    # A fresh connection each: with several workers, the kernel spreads them.
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-        async with session.get(url, headers=headers) as resp:
-            await resp.read()
-            return resp.status
-
-
 async def wait_workers(gw, count: int) -> None:
     deadline = time.monotonic() + 20
     while len(set(re.findall(r"\] (\d+)#0: listening on", gw.stderr()))) < count:
@@ -90,20 +83,20 @@ async def test_a_known_mix_of_requests_gives_exact_counts(gateway_factory, upstr
     assert value(before, "gateway_requests_total", route="/pass", status="200") == 0
 
     # passed: 3 through a zone that always passes
-    assert [await fetch(gw.url + "/pass") for _ in range(3)] == [200] * 3
+    assert [await status(gw.url + "/pass") for _ in range(3)] == [200] * 3
     # 4 at once at 1r/s with burst 2: the first passes, two wait (about 1 s and 2 s), one is rejected
-    delayed = sorted(await asyncio.gather(*(fetch(gw.url + "/delay") for _ in range(4))))
+    delayed = sorted(await asyncio.gather(*(status(gw.url + "/delay") for _ in range(4))))
     assert delayed == [200, 200, 200, 503]
     # dry run: the second is over the rate, logged as rejected, and still served
-    assert [await fetch(gw.url + "/dry") for _ in range(2)] == [200, 200]
+    assert [await status(gw.url + "/dry") for _ in range(2)] == [200, 200]
     # a zone ban: the second request is rejected and bans the key, the third meets the ban
-    assert [await fetch(gw.url + "/trap") for _ in range(3)] == [200, 503, 503]
+    assert [await status(gw.url + "/trap") for _ in range(3)] == [200, 503, 503]
     # a manual ban, through the CLI
     done = cli("ban", BANNED_IP, "--reason", "metrics test", "-c", str(gw.config_path))
     assert done.returncode == 0, done.stderr
     await asyncio.sleep(0.3)  # the master pushes it to every worker
     for _ in range(2):
-        assert await fetch(gw.url + "/pass", {"X-Forwarded-For": BANNED_IP}) == 403
+        assert await status(gw.url + "/pass", headers={"X-Forwarded-For": BANNED_IP}) == 403
     await asyncio.sleep(0.2)  # the last access-log call runs just after the response went out
 
     s = await scrape(metrics_url)
@@ -162,7 +155,7 @@ async def test_a_known_mix_of_requests_gives_exact_counts(gateway_factory, upstr
         assert after["gateway_requests_total"] == s["gateway_requests_total"]
         assert after["gateway_limit_decisions_total"] == s["gateway_limit_decisions_total"]
         assert value(after, "gateway_workers_reporting") == workers
-        assert await fetch(gw.url + "/pass") == 200
+        assert await status(gw.url + "/pass") == 200
         await asyncio.sleep(0.2)
         later = await scrape(metrics_url)
         assert value(later, "gateway_requests_total", route="/pass", status="200") == 4
@@ -189,7 +182,7 @@ async def test_the_admin_metrics_need_the_token_and_metrics_listen_serves_them_w
         # the metrics listener serves /metrics only
         async with session.get(f"http://127.0.0.1:{metrics}/status") as resp:
             assert resp.status == 404
-    assert await fetch(gw.url + "/pass") == 200
+    assert await status(gw.url + "/pass") == 200
     await asyncio.sleep(0.2)
     open_scrape = await scrape(f"http://127.0.0.1:{metrics}/metrics", token=None)
     assert value(open_scrape, "gateway_requests_total", route="/pass", status="200") == 1
@@ -253,7 +246,7 @@ routes:
     assert value(s, "gateway_upstream_server_up", upstream="app", server=upstream.address) == 1
     statuses = []
     for _ in range(8):  # round robin: the dead server is tried (and fails over) every other request
-        statuses.append(await fetch(gw.url + "/echo"))
+        statuses.append(await status(gw.url + "/echo"))
         s = await scrape(url)
         if value(s, "gateway_upstream_server_up", upstream="app", server=dead) == 0:
             break
@@ -269,8 +262,8 @@ async def test_redis_store_with_two_workers_counts_calls_and_the_circuit(gateway
     gw = gateway_factory(mix_config(upstream, admin, 2, store))
     await wait_workers(gw, 2)
     url = f"http://127.0.0.1:{admin}/metrics"
-    assert [await fetch(gw.url + "/pass") for _ in range(3)] == [200] * 3
-    assert sorted(await asyncio.gather(*(fetch(gw.url + "/delay") for _ in range(4)))) == [200, 200, 200, 503]
+    assert [await status(gw.url + "/pass") for _ in range(3)] == [200] * 3
+    assert sorted(await asyncio.gather(*(status(gw.url + "/delay") for _ in range(4)))) == [200, 200, 200, 503]
     await asyncio.sleep(0.2)
     s = await scrape(url)
     assert value(s, "gateway_workers_reporting") == 2
@@ -287,7 +280,7 @@ async def test_redis_store_with_two_workers_counts_calls_and_the_circuit(gateway
 
     redis_server.kill()  # Redis goes away: calls fail, the circuit opens, on_error lets requests through
     for _ in range(12):
-        assert await fetch(gw.url + "/pass") == 200
+        assert await status(gw.url + "/pass") == 200
     await asyncio.sleep(0.2)
     s = await scrape(url)
     failed = value(s, "gateway_redis_calls_total", outcome="error") + value(

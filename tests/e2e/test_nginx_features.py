@@ -5,16 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
-
 from tests.support.config import config
+from tests.support.http import request
 from tests.support.upstreams import Upstream
-
-
-async def fetch(url: str, method: str = "GET", **kwargs: object) -> tuple[int, aiohttp.typedefs.LooseHeaders, bytes]:
-    async with aiohttp.ClientSession(auto_decompress=False) as session:
-        async with session.request(method, url, allow_redirects=False, **kwargs) as resp:  # type: ignore[arg-type]
-            return resp.status, resp.headers.copy(), await resp.read()
 
 
 async def raw(port: int, data: bytes) -> bytes:
@@ -102,7 +95,9 @@ defaults:
 async def test_proxy_set_header_sets_removes_and_replaces_the_inherited_list(gateway_factory, upstream):
     gw = gateway_factory(config(upstream, top=TOP + HEADER_DEFAULTS, upstream_options=APP, routes=HEADER_ROUTES))
     headers = {"X-Drop": "secret", "X-User": "ann", "X-Forwarded-For": "9.9.9.9", "Host": "client.example"}
-    status, _, _ = await fetch(gw.url + "/own/x?tenant=7", headers=headers)
+    status, _, _, _ = await request(
+        "GET", gw.url + "/own/x?tenant=7", headers=headers, auto_decompress=False, allow_redirects=False
+    )
     assert status == 200
     got = seen(upstream)
     assert got["host"] == "backend.internal"
@@ -111,7 +106,9 @@ async def test_proxy_set_header_sets_removes_and_replaces_the_inherited_list(gat
     assert "x-drop" not in got  # an empty value removes the header
     assert "x-from-defaults" not in got  # the route's own list replaces the inherited one entirely
     assert got.get("connection", "keep-alive") != "close"  # framing headers stay the gateway's
-    status, _, _ = await fetch(gw.url + "/inherit/x", headers=headers)
+    status, _, _, _ = await request(
+        "GET", gw.url + "/inherit/x", headers=headers, auto_decompress=False, allow_redirects=False
+    )
     got = seen(upstream)
     assert got["x-from-defaults"] == "yes" and "x-drop" not in got
     assert got["host"] == "client.example"  # unset Host: the client's, as before
@@ -119,14 +116,16 @@ async def test_proxy_set_header_sets_removes_and_replaces_the_inherited_list(gat
 
 async def test_add_header_on_listed_statuses_and_always_on_every_response(gateway_factory, upstream):
     gw = gateway_factory(config(upstream, top=TOP, upstream_options=APP, routes=HEADER_ROUTES))
-    status, headers, _ = await fetch(gw.url + "/added/page", headers={"Host": "Site.Example"})
+    status, headers, _, _ = await request(
+        "GET", gw.url + "/added/page", headers={"Host": "Site.Example"}, auto_decompress=False, allow_redirects=False
+    )
     assert status == 200
     assert headers["X-Frame-Options"] == "DENY"
     assert headers["X-Route"] == "/added/page via site.example"
-    status, headers, _ = await fetch(gw.url + "/status/404")
+    status, headers, _, _ = await request("GET", gw.url + "/status/404", auto_decompress=False, allow_redirects=False)
     assert status == 404  # from the upstream: only the always header
     assert "X-Only-Ok" not in headers and headers["X-Always"] == "1"
-    status, headers, _ = await fetch(gw.url + "/status/204")
+    status, headers, _, _ = await request("GET", gw.url + "/status/204", auto_decompress=False, allow_redirects=False)
     assert status == 204 and headers["X-Only-Ok"] == "1"
     # the gateway's own answer (a 400 for a bad escape) gets only the always ones
     out = await raw(gw.port, b"GET /status/%zz HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
@@ -158,15 +157,15 @@ async def test_return_routes_answer_without_an_upstream(gateway_factory):
     dead = Upstream("dead")
     dead.port = free_port()
     gw = gateway_factory(config(dead, top=TOP, upstream_options=APP, routes=RETURN_ROUTES))
-    status, headers, body = await fetch(gw.url + "/old/a?b=1")
+    status, headers, body, _ = await request("GET", gw.url + "/old/a?b=1", auto_decompress=False, allow_redirects=False)
     assert status == 301 and headers["Location"] == "https://new.example/old/a?b=1"
-    status, headers, body = await fetch(gw.url + "/gone")
+    status, headers, body, _ = await request("GET", gw.url + "/gone", auto_decompress=False, allow_redirects=False)
     assert status == 410 and body == b"moved away for good" and headers["Content-Type"].startswith("text/plain")
-    status, headers, body = await fetch(gw.url + "/health")
+    status, headers, body, _ = await request("GET", gw.url + "/health", auto_decompress=False, allow_redirects=False)
     assert status == 204 and body == b"" and headers["X-Checked"] == "yes"
-    status, headers, _ = await fetch(gw.url + "/teapot")
+    status, headers, _, _ = await request("GET", gw.url + "/teapot", auto_decompress=False, allow_redirects=False)
     assert status == 418 and "X-Not" not in headers and headers["X-Yes"] == "yes"
-    status, _, _ = await fetch(gw.url + "/other")
+    status, _, _, _ = await request("GET", gw.url + "/other", auto_decompress=False, allow_redirects=False)
     assert status == 502
 
 

@@ -15,16 +15,11 @@ import pytest
 
 from tests.support.config import basic_config
 from tests.support.gateway import temp_fds
+from tests.support.http import request
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream, pattern
 
 GiB = 1024**3
-
-
-async def fetch(url: str, method: str = "GET", **kwargs: object) -> tuple[int, dict[str, str], bytes]:
-    async with aiohttp.ClientSession(auto_decompress=False) as session:
-        async with session.request(method, url, **kwargs) as resp:  # type: ignore[arg-type]
-            return resp.status, dict(resp.headers), await resp.read()
 
 
 async def raw_request(port: int, data: bytes, host: str = "127.0.0.1", local: str | None = None) -> bytes:
@@ -142,7 +137,7 @@ async def test_502_quickly_when_upstream_refuses(gateway_factory):
     dead = free_port()
     gw = gateway_factory(lambda p: basic_config(p, [f"127.0.0.1:{dead}"]))
     started = time.monotonic()
-    status, _, body = await fetch(gw.url + "/x")
+    status, _, body, _ = await request("GET", gw.url + "/x", auto_decompress=False)
     assert status == 502
     assert time.monotonic() - started < 1.0
     assert b"502" in body
@@ -154,7 +149,7 @@ async def test_504_when_upstream_does_not_answer(gateway_factory, upstream):
         lambda p: basic_config(p, [upstream.address]).replace("read_timeout: 2s", "read_timeout: 400ms")
     )
     started = time.monotonic()
-    status, _, _ = await fetch(gw.url + "/hang")
+    status, _, _, _ = await request("GET", gw.url + "/hang", auto_decompress=False)
     elapsed = time.monotonic() - started
     assert status == 504
     assert 0.35 < elapsed < 2.0
@@ -162,16 +157,16 @@ async def test_504_when_upstream_does_not_answer(gateway_factory, upstream):
 
 async def test_413_for_declared_and_for_chunked_bodies(gateway_factory, upstream):
     gw = gateway_factory(lambda p: basic_config(p, [upstream.address]) + "    client_max_body_size: 1k\n")
-    status, _, _ = await fetch(gw.url + "/echo", "POST", data=b"x" * 1024)
+    status, _, _, _ = await request("POST", gw.url + "/echo", data=b"x" * 1024, auto_decompress=False)
     assert status == 200
-    status, _, _ = await fetch(gw.url + "/echo", "POST", data=b"x" * 2048)
+    status, _, _, _ = await request("POST", gw.url + "/echo", data=b"x" * 2048, auto_decompress=False)
     assert status == 413
 
     async def chunked():
         for _ in range(8):
             yield b"y" * 512
 
-    status, _, _ = await fetch(gw.url + "/echo", "POST", data=chunked())
+    status, _, _, _ = await request("POST", gw.url + "/echo", data=chunked(), auto_decompress=False)
     assert status == 413
     assert all(entry["body_bytes"] <= 1024 for entry in upstream.seen)
 
@@ -198,10 +193,12 @@ routes:
     upstream: app
 """
     gw = gateway_factory(lambda p: config.replace("{port}", str(p)))
-    assert (await fetch(gw.url + "/only"))[0] == 200
-    status, _, _ = await fetch(gw.url + "/other")
+    assert (await request("GET", gw.url + "/only", auto_decompress=False))[0] == 200
+    status, _, _, _ = await request("GET", gw.url + "/other", auto_decompress=False)
     assert status == 404
-    status, headers, _body = await fetch(gw.url + "/other", headers={"Accept": "application/json"})
+    status, headers, _body, _ = await request(
+        "GET", gw.url + "/other", headers={"Accept": "application/json"}, auto_decompress=False
+    )
     assert status == 404 and headers["Content-Type"].startswith("application/json")
 
 
@@ -219,7 +216,7 @@ async def test_malformed_requests_get_400_and_the_worker_survives(gateway_factor
     gw = gateway_factory(lambda p: basic_config(p, [upstream.address]))
     reply = await raw_request(gw.port, request_bytes)
     assert reply[:12] in (b"HTTP/1.1 400", b"HTTP/1.0 400"), reply[:80]
-    assert (await fetch(gw.url + "/ok"))[0] == 200
+    assert (await request("GET", gw.url + "/ok", auto_decompress=False))[0] == 200
     assert "Traceback" not in gw.stderr()
 
 
@@ -231,7 +228,9 @@ async def test_failover_to_the_second_server_after_connect_failure(gateway_facto
     gw = gateway_factory(lambda p: basic_config(p, [f"127.0.0.1:{dead}", upstream.address]))
     for method in ("GET", "POST"):
         for _ in range(3):
-            status, _, body = await fetch(gw.url + "/echo", method, data=b"payload" if method == "POST" else None)
+            status, _, body, _ = await request(
+                method, gw.url + "/echo", data=b"payload" if method == "POST" else None, auto_decompress=False
+            )
             assert status == 200, body
     # max_fails=1: after the first failure the dead server is skipped for fail_timeout.
     assert gw.stderr().count("connect() failed") == 1
@@ -255,7 +254,7 @@ routes:
     gw = gateway_factory(config)
     servers = []
     for _ in range(8):
-        _, _, body = await fetch(gw.url + "/echo")
+        _, _, body, _ = await request("GET", gw.url + "/echo", auto_decompress=False)
         servers.append(body.split(b'"server": "')[1].split(b'"')[0].decode())
     assert servers.count("up2") == 6 and servers.count("up1") == 2
     # nginx's smooth round-robin interleaves instead of sending bursts.
@@ -272,8 +271,11 @@ async def test_x_forwarded_for_from_a_trusted_peer(gateway_factory, upstream):
             + "real_ip:\n  from: [127.0.0.1/32]\n  header: X-Forwarded-For\n  recursive: true\n"
         )
     )
-    status, _, _ = await fetch(
-        gw.url + "/echo", headers={"X-Forwarded-For": "203.0.113.7, 127.0.0.1", "X-Forwarded-Proto": "https"}
+    status, _, _, _ = await request(
+        "GET",
+        gw.url + "/echo",
+        headers={"X-Forwarded-For": "203.0.113.7, 127.0.0.1", "X-Forwarded-Proto": "https"},
+        auto_decompress=False,
     )
     assert status == 200
     seen = seen_headers(upstream)
@@ -340,7 +342,9 @@ async def test_hop_by_hop_headers_in_lower_case_are_stripped_too(gateway_factory
 
 async def test_content_encoding_passes_through_untouched(gateway_factory, upstream):
     gw = gateway_factory(lambda p: basic_config(p, [upstream.address]))
-    status, headers, body = await fetch(gw.url + "/gzip", headers={"Accept-Encoding": "gzip"})
+    status, headers, body, _ = await request(
+        "GET", gw.url + "/gzip", headers={"Accept-Encoding": "gzip"}, auto_decompress=False
+    )
     assert status == 200
     assert headers["Content-Encoding"] == "gzip"
     assert gzip.decompress(body) == b"hello gzip " * 100
@@ -349,9 +353,9 @@ async def test_content_encoding_passes_through_untouched(gateway_factory, upstre
 
 async def test_cookies_are_never_shared_between_clients(gateway_factory, upstream):
     gw = gateway_factory(lambda p: basic_config(p, [upstream.address]))
-    _status, headers, _ = await fetch(gw.url + "/cookie")
+    _status, headers, _, _ = await request("GET", gw.url + "/cookie", auto_decompress=False)
     assert "session=s3cret" in headers["Set-Cookie"]
-    await fetch(gw.url + "/echo")
+    await request("GET", gw.url + "/echo", auto_decompress=False)
     assert "cookie" not in seen_headers(upstream)
 
 
@@ -429,5 +433,5 @@ async def test_several_workers_share_one_port(gateway_factory, upstream):
         pids = {line.split()[0] for line in gw.access_lines(0.2)}
     assert len(pids) == 3, pids
     gw.reload()
-    assert (await fetch(gw.url + "/echo"))[0] == 200
+    assert (await request("GET", gw.url + "/echo", auto_decompress=False))[0] == 200
     assert gw.stop() == 0

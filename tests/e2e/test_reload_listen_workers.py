@@ -15,10 +15,10 @@ import subprocess
 import threading
 import time
 
-import aiohttp
 import pytest
 
 from tests.support.gateway import Gateway, cli
+from tests.support.http import status
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -35,13 +35,6 @@ upstreams:
 routes:
   - {{location: /, upstream: app}}
 """
-
-
-async def get(url: str) -> int:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
-            await resp.read()
-            return resp.status
 
 
 def refused(port: int) -> bool:
@@ -97,7 +90,7 @@ async def test_single_process_reload_adds_and_removes_listeners(gateway_factory,
     gw.write_config(config(upstream, admin, [gw.port, extra], 1))
     done = cli("reload", "-c", conf)
     assert (done.returncode, done.stdout) == (0, "reloaded\n"), done.stderr
-    assert await get(f"http://127.0.0.1:{extra}/echo") == 200
+    assert await status(f"http://127.0.0.1:{extra}/echo", timeout=5) == 200
     # a keep-alive connection on the listener about to go: its request in flight finishes,
     # then the connection closes (EOF after the response)
     client = socket.create_connection(("127.0.0.1", extra), timeout=5)
@@ -108,7 +101,7 @@ async def test_single_process_reload_adds_and_removes_listeners(gateway_factory,
     received = await asyncio.to_thread(read_to_eof, client)
     assert received.startswith(b"HTTP/1.1 200") and b"\r\n\r\nslow up" in received, received
     await wait_for(lambda: refused(extra))
-    assert await get(gw.url + "/echo") == 200
+    assert await status(gw.url + "/echo", timeout=5) == 200
     assert f"stopped listening on 127.0.0.1:{extra}" in gw.stderr()
     # an idle keep-alive connection on a listener a reload removes is closed (EOF, no reset)
     gw.write_config(config(upstream, admin, [gw.port, extra], 1))
@@ -134,7 +127,7 @@ async def test_a_listen_port_that_cannot_be_bound_fails_the_reload_and_keeps_the
             assert failed.returncode == 1
             assert f"bind() to 127.0.0.1:{busy} failed (Address already in use)" in failed.stderr
             assert "reload failed, keeping the running configuration and listeners" in gw.stderr()
-            assert await get(gw.url + "/echo") == 200
+            assert await status(gw.url + "/echo", timeout=5) == 200
         finally:
             taken.close()
         gw.stop()
@@ -217,7 +210,7 @@ async def test_reloads_of_listen_and_workers_drop_no_request_under_wrk_load(gate
         await wait_for(lambda w=workers: len(workers_of(admin)) == w)
         if extra in listen:
             await wait_for(lambda: gw.stderr().count(f"listening on 127.0.0.1:{extra}") >= 2)
-            assert await get(f"http://127.0.0.1:{extra}/echo") == 200
+            assert await status(f"http://127.0.0.1:{extra}/echo", timeout=5) == 200
         await asyncio.sleep(1.0)
     await load.stop_and_check()
     assert refused(extra)

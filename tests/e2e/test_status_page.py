@@ -19,6 +19,7 @@ from gateway.metrics.activity import Activity, merge
 from tests.support.browser import Browser, find_chromium
 from tests.support.config import config
 from tests.support.gateway import cli
+from tests.support.http import get
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -40,14 +41,8 @@ def page_config(upstream: Upstream, admin_port: int, store: str = "") -> Callabl
     return config(upstream, admin=admin_port, token=TOKEN, top=top, zones=ZONES, routes=ROUTES)
 
 
-async def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, dict[str, str]]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url, headers=headers or {}) as resp:
-            return resp.status, await resp.read(), dict(resp.headers)
-
-
 async def statuses(url: str, n: int, headers: dict[str, str]) -> list[int]:
-    return [(await get(url, headers))[0] for _ in range(n)]
+    return [(await get(url, headers=headers))[0] for _ in range(n)]
 
 
 @pytest.fixture
@@ -63,33 +58,33 @@ async def browser():
 async def test_the_page_is_public_but_holds_no_data_and_forbids_framing(gateway_factory, upstream):
     admin = free_port()
     gateway_factory(page_config(upstream, admin))
-    status, body, headers = await get(f"http://127.0.0.1:{admin}/")
+    status, headers, body, _ = await get(f"http://127.0.0.1:{admin}/")
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     csp = headers["Content-Security-Policy"]
     assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "default-src 'none'" in csp
     assert headers["X-Frame-Options"] == "DENY"
     assert b'<script src="/status/page.js"' in body and b"<script>" not in body and b"style=" not in body
     for path, kind in (("/status/page.js", "text/javascript"), ("/status/page.css", "text/css")):
-        status, _, headers = await get(f"http://127.0.0.1:{admin}{path}")
+        status, headers, _, _ = await get(f"http://127.0.0.1:{admin}{path}")
         assert status == 200 and headers["Content-Type"].startswith(kind)
-    status, icon, headers = await get(f"http://127.0.0.1:{admin}/favicon.ico")
+    status, headers, icon, _ = await get(f"http://127.0.0.1:{admin}/favicon.ico")
     assert status == 200 and icon.startswith(b"<svg")
     # The data needs the token; the browser protections stay in front of the page too.
-    status, _, _ = await get(f"http://127.0.0.1:{admin}/status/activity")
+    status, _, _, _ = await get(f"http://127.0.0.1:{admin}/status/activity")
     assert status == 401
-    status, _, _ = await get(f"http://127.0.0.1:{admin}/", {"Host": "rebound.example"})
+    status, _, _, _ = await get(f"http://127.0.0.1:{admin}/", headers={"Host": "rebound.example"})
     assert status == 403
-    status, _, _ = await get(f"http://127.0.0.1:{admin}/status/activity", {"Origin": "http://evil.example"})
+    status, _, _, _ = await get(f"http://127.0.0.1:{admin}/status/activity", headers={"Origin": "http://evil.example"})
     assert status == 403
     # A link from another site (a runbook) opens the page; nothing else is opened that way.
     link = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
-    assert (await get(f"http://127.0.0.1:{admin}/", link))[0] == 200
-    assert (await get(f"http://127.0.0.1:{admin}/", {**link, "Sec-Fetch-Dest": "iframe"}))[0] == 403
-    assert (await get(f"http://127.0.0.1:{admin}/", {**link, "Sec-Fetch-Mode": "cors"}))[0] == 403
-    assert (await get(f"http://127.0.0.1:{admin}/", {**link, "Host": "rebound.example"}))[0] == 403
+    assert (await get(f"http://127.0.0.1:{admin}/", headers=link))[0] == 200
+    assert (await get(f"http://127.0.0.1:{admin}/", headers={**link, "Sec-Fetch-Dest": "iframe"}))[0] == 403
+    assert (await get(f"http://127.0.0.1:{admin}/", headers={**link, "Sec-Fetch-Mode": "cors"}))[0] == 403
+    assert (await get(f"http://127.0.0.1:{admin}/", headers={**link, "Host": "rebound.example"}))[0] == 403
     auth = {"Authorization": f"Bearer {TOKEN}"}
     for path in ("/status/activity", "/bans", "/status/page.js"):
-        assert (await get(f"http://127.0.0.1:{admin}{path}", {**link, **auth}))[0] == 403, path
+        assert (await get(f"http://127.0.0.1:{admin}{path}", headers={**link, **auth}))[0] == 403, path
 
 
 async def test_activity_counts_outcomes_and_rejected_keys(gateway_factory, upstream):
@@ -108,7 +103,9 @@ async def test_activity_counts_outcomes_and_rejected_keys(gateway_factory, upstr
                 return resp.status
 
         assert await asyncio.gather(*(one() for _ in range(4))) == [200] * 4
-    status, raw, _ = await get(f"http://127.0.0.1:{admin}/status/activity", {"Authorization": f"Bearer {TOKEN}"})
+    status, _, raw, _ = await get(
+        f"http://127.0.0.1:{admin}/status/activity", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert status == 200
     body = json.loads(raw)
     totals = {zone: {o: sum(v) for o, v in series.items()} for zone, series in body["zones"].items()}
@@ -136,7 +133,7 @@ async def test_activity_counts_outcomes_and_rejected_keys(gateway_factory, upstr
     assert body["config"]["reloaded_ms"] is None
     gw.write_config(gw.config_path.read_text() + "\n# changed\n")
     gw.reload()
-    _, raw, _ = await get(f"http://127.0.0.1:{admin}/status/activity", {"Authorization": f"Bearer {TOKEN}"})
+    _, _, raw, _ = await get(f"http://127.0.0.1:{admin}/status/activity", headers={"Authorization": f"Bearer {TOKEN}"})
     after = json.loads(raw)["config"]
     assert after["hash"] == hashlib.sha256(gw.config_path.read_bytes()).hexdigest()[:16] != body["config"]["hash"]
     assert after["reloads"] == 1 and after["last_reload_ok"] is True and after["reloaded_ms"] >= after["loaded_ms"]
@@ -148,13 +145,13 @@ async def test_activity_with_redis_reports_the_circuit(gateway_factory, upstream
     gw = gateway_factory(page_config(upstream, admin, store))
     assert await statuses(gw.url + "/api/x", 3, {"X-Forwarded-For": "203.0.113.9"}) == [200, 200, 503]
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    body = json.loads((await get(f"http://127.0.0.1:{admin}/status/activity", auth))[1])
+    body = json.loads((await get(f"http://127.0.0.1:{admin}/status/activity", headers=auth)).body)
     assert body["redis_circuit"] == "closed"
     assert [(k["zone"], k["key"], k["count"]) for k in body["top_keys"]] == [("per_ip", "203.0.113.9", 1)]
     redis_server.stop()
     for _ in range(10):  # on_error allow: they pass, and the failures open the circuit
-        await get(gw.url + "/api/x", {"X-Forwarded-For": "203.0.113.10"})
-    body = json.loads((await get(f"http://127.0.0.1:{admin}/status/activity", auth))[1])
+        await get(gw.url + "/api/x", headers={"X-Forwarded-For": "203.0.113.10"})
+    body = json.loads((await get(f"http://127.0.0.1:{admin}/status/activity", headers=auth)).body)
     assert body["redis_circuit"] == "open"
 
 
@@ -168,7 +165,7 @@ async def test_with_workers_the_master_serves_the_page_with_every_workers_counts
     assert sorted(await statuses(gw.url + "/api/x", 4, {"X-Forwarded-For": "203.0.113.7"})) == [200, 200, 503, 503]
     for _ in range(100):  # until both workers have started and joined the channel
         body = json.loads(
-            (await get(f"http://127.0.0.1:{admin}/status/activity", {"Authorization": f"Bearer {TOKEN}"}))[1]
+            (await get(f"http://127.0.0.1:{admin}/status/activity", headers={"Authorization": f"Bearer {TOKEN}"})).body
         )
         if body["workers"] == {"running": 2, "reported": 2}:
             break
@@ -223,7 +220,7 @@ async def test_page_in_chromium_shows_keys_and_bans_and_unbans(gateway_factory, 
     await browser.wait_for("!!document.querySelector('#bans tr[data-target=\"203.0.113.7/32\"]')")
     listed = json.loads(cli("bans", "--json", "-c", conf).stdout)
     assert sorted(b["target"] for b in listed) == ["198.51.100.9/32", "203.0.113.7/32"]
-    assert (await get(gw.url + "/api/x", {"X-Forwarded-For": "203.0.113.7"}))[0] == 403
+    assert (await get(gw.url + "/api/x", headers={"X-Forwarded-For": "203.0.113.7"}))[0] == 403
 
     await browser.evaluate(
         "document.querySelector('#bans button.unban[data-target=\"198.51.100.9/32\"]').click(); true"
@@ -236,7 +233,7 @@ async def test_page_in_chromium_shows_keys_and_bans_and_unbans(gateway_factory, 
     assert browser.problems() == []
     urls = [url for url, _ in browser.responses()]
     assert f"http://127.0.0.1:{admin}/status/page.js" in urls and f"http://127.0.0.1:{admin}/status/activity" in urls
-    status, _, _ = await get(f"http://127.0.0.1:{admin}/favicon.ico")
+    status, _, _, _ = await get(f"http://127.0.0.1:{admin}/favicon.ico")
     assert status == 200
 
     # A wrong token: the page asks again.

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from tests.support.config import config
+from tests.support.http import get
 from tests.support.upstreams import ScriptUpstream, read_request
 
 POISON = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Poison: 1\r\n\r\nPOISON"
@@ -39,12 +40,6 @@ CASES = {
 PLAIN = {"admin": "{listen: off}", "upstream_options": "read_timeout: 2s"}  # the scripted upstream behind a bare proxy
 
 
-async def get(url: str) -> tuple[int, dict[str, str], bytes]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url) as resp:
-            return resp.status, dict(resp.headers), await resp.read()
-
-
 @pytest.mark.parametrize("case", list(CASES))
 async def test_bytes_after_a_complete_response_are_dropped_and_the_connection_closed(gateway_factory, case):
     reply, expected = CASES[case]
@@ -61,7 +56,7 @@ async def test_bytes_after_a_complete_response_are_dropped_and_the_connection_cl
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
         for attempt in (1, 2):
-            status, headers, body = await get(gw.url + "/")
+            status, headers, body, _ = await get(gw.url + "/")
             assert status == (204 if expected == b"" else 200)
             assert body == expected, f"attempt {attempt}: {body[:40]!r}"
             assert "X-Poison" not in headers
@@ -109,7 +104,7 @@ async def test_a_101_to_a_plain_request_is_a_502(gateway_factory):
 
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
-        status, _, body = await get(gw.url + "/")
+        status, _, body, _ = await get(gw.url + "/")
     assert status == 502
     assert b"RAW" not in body
     assert "upstream sent 101 to a request that did not ask to switch protocols" in gw.stderr()
@@ -135,7 +130,7 @@ async def test_bytes_on_an_idle_pooled_connection_close_it(gateway_factory):
         assert (await get(gw.url + "/"))[2] == b"ok"  # the gateway has pooled the connection by now
         poison_now.set()
         await asyncio.wait_for(closed_by_gateway.wait(), 5)
-        status, headers, body = await get(gw.url + "/")  # a new connection (which gets poisoned too)
+        status, headers, body, _ = await get(gw.url + "/")  # a new connection (which gets poisoned too)
     assert (status, body) == (200, b"ok") and "X-Poison" not in headers
     assert up.connections == 2
     assert "upstream sent more data than the response" in gw.stderr()

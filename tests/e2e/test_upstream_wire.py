@@ -9,15 +9,10 @@ import aiohttp
 import pytest
 
 from tests.support.config import config
+from tests.support.http import get
 from tests.support.upstreams import ScriptUpstream, read_request
 
 PLAIN = {"admin": "{listen: off}", "upstream_options": "read_timeout: 2s"}  # the scripted upstream behind a bare proxy
-
-
-async def fetch(url: str) -> tuple[int, dict[str, str], bytes]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(url) as resp:
-            return resp.status, dict(resp.headers), await resp.read()
 
 
 async def test_interim_1xx_responses_are_skipped(gateway_factory):
@@ -33,7 +28,7 @@ async def test_interim_1xx_responses_are_skipped(gateway_factory):
 
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
-        status, headers, body = await fetch(gw.url + "/")
+        status, headers, body, _ = await get(gw.url + "/")
     assert (status, body, headers.get("X-Final")) == (200, b"hello", "yes")
     assert "Link" not in headers
 
@@ -49,7 +44,7 @@ async def test_an_idle_connection_closed_by_the_upstream_is_replaced_silently(ga
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
         for _ in range(3):
-            assert (await fetch(gw.url + "/"))[0] == 200
+            assert (await get(gw.url + "/"))[0] == 200
             await asyncio.sleep(0.3)
         assert up.connections == 3
     assert "while talking to upstream" not in gw.stderr()  # not counted as a failure
@@ -63,7 +58,7 @@ async def test_a_close_delimited_body_ends_at_eof(gateway_factory):
 
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
-        status, _, body = await fetch(gw.url + "/")
+        status, _, body, _ = await get(gw.url + "/")
     assert status == 200 and body == b"x" * 300_000
 
 
@@ -79,7 +74,7 @@ async def test_chunked_response_with_trailers(gateway_factory):
 
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
-        status, headers, body = await fetch(gw.url + "/")
+        status, headers, body, _ = await get(gw.url + "/")
     assert (status, body) == (200, b"hello world")
     assert "Trailer" not in headers
 
@@ -97,7 +92,7 @@ async def test_an_invalid_response_is_a_502(gateway_factory, reply):
 
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
-        status, _, _ = await fetch(gw.url + "/")
+        status, _, _, _ = await get(gw.url + "/")
     assert status == 502
     assert "invalid response" in gw.stderr()
 
@@ -111,7 +106,7 @@ async def test_a_truncated_body_cuts_the_client_connection(gateway_factory):
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
         with pytest.raises(aiohttp.ClientPayloadError):
-            await fetch(gw.url + "/")
+            await get(gw.url + "/")
     assert "closed the connection in the middle of the body" in gw.stderr()
 
 
@@ -140,7 +135,7 @@ async def test_a_too_big_response_header_is_a_502(gateway_factory):
 
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
-        status, _, _ = await fetch(gw.url + "/")
+        status, _, _, _ = await get(gw.url + "/")
     assert status == 502
     assert "upstream sent too big header" in gw.stderr()
 
@@ -157,7 +152,7 @@ async def test_connection_cannot_strip_the_framing_request_smuggling(gateway_fac
     first = await asyncio.wait_for(reader.read(65536), 5)
     writer.close()
     assert first.startswith(b"HTTP/1.1 200")
-    status, _, body = await fetch(gw.url + "/echo/victim")  # another client, maybe the same upstream connection
+    status, _, body, _ = await get(gw.url + "/echo/victim")  # another client, maybe the same upstream connection
     assert status == 200 and b"/echo/victim" in body and b"SMUGGLED" not in body
     paths = [e["path"] for e in upstream.seen]
     assert paths == ["/echo/first", "/echo/victim"]
@@ -182,9 +177,9 @@ async def test_bytes_on_an_idle_upstream_connection_never_reach_a_client(gateway
 
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
-        assert (await fetch(gw.url + "/"))[2] == b"first"
+        assert (await get(gw.url + "/"))[2] == b"first"
         await asyncio.sleep(0.4)
-        status, _, body = await fetch(gw.url + "/")
+        status, _, body, _ = await get(gw.url + "/")
     assert (status, body) in ((200, b"first"), (200, b"later")) and body != b"STOLEN"
 
 
@@ -241,7 +236,7 @@ async def test_no_content_type_is_invented(gateway_factory):
 
     async with ScriptUpstream(script) as up:
         gw = gateway_factory(config(up, **PLAIN))
-        status, headers, _ = await fetch(gw.url + "/")
+        status, headers, _, _ = await get(gw.url + "/")
     assert status == 200 and "Content-Type" not in headers
 
 
@@ -264,5 +259,5 @@ async def test_after_a_stale_pooled_connection_the_retry_uses_a_fresh_one(gatewa
 
             assert await asyncio.gather(*(one() for _ in range(4))) == [200] * 4
         await asyncio.sleep(0.4)  # four dead connections now sit in the pool
-        assert (await fetch(gw.url + "/"))[0] == 200
+        assert (await get(gw.url + "/"))[0] == 200
     assert "while talking to upstream" not in gw.stderr()

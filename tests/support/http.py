@@ -12,6 +12,7 @@ import time
 from typing import Any, NamedTuple
 
 import aiohttp
+from multidict import CIMultiDict
 
 __all__ = ["Reply", "get", "request", "status"]
 
@@ -20,7 +21,7 @@ class Reply(NamedTuple):
     """A whole response: ``status, headers, body, seconds = await get(url)`` also works."""
 
     status: int
-    headers: dict[str, str]  # of a repeated field, one value: ask aiohttp directly for all of them
+    headers: CIMultiDict[str]  # case-insensitive; ``getall`` gives every value of a repeated field
     body: bytes
     seconds: float  # from sending the request to the end of the body
 
@@ -33,18 +34,26 @@ class Reply(NamedTuple):
 
 
 async def request(
-    method: str, url: str, *, session: aiohttp.ClientSession | None = None, timeout: float = 30.0, **kwargs: Any
+    method: str,
+    url: str,
+    *,
+    session: aiohttp.ClientSession | None = None,
+    timeout: float = 30.0,
+    auto_decompress: bool = True,
+    **kwargs: Any,
 ) -> Reply:
     """``method url`` with aiohttp's keyword arguments (``headers=``, ``data=``, ``json=``,
-    ``allow_redirects=`` ...); the whole body is read before it returns."""
+    ``allow_redirects=`` ...); the whole body is read before it returns. ``auto_decompress=False``
+    keeps a gzip body as it came (for a session of its own)."""
     if session is None:
         connector = aiohttp.TCPConnector(force_close=True)
-        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as own:
+        limit = aiohttp.ClientTimeout(total=timeout)
+        async with aiohttp.ClientSession(connector=connector, timeout=limit, auto_decompress=auto_decompress) as own:
             return await request(method, url, session=own, **kwargs)
     started = time.monotonic()
     async with session.request(method, url, **kwargs) as resp:
         body = await resp.read()
-        return Reply(resp.status, dict(resp.headers), body, time.monotonic() - started)
+        return Reply(resp.status, resp.headers.copy(), body, time.monotonic() - started)
 
 
 async def get(url: str, **kwargs: Any) -> Reply:
