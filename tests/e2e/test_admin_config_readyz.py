@@ -10,6 +10,7 @@ from collections.abc import Callable
 import aiohttp
 
 from tests.support.config import config as support_config
+from tests.support.http import get
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -36,9 +37,8 @@ def config(upstream: Upstream, admin: int, redis_url: str, extra: str = "") -> C
 
 async def admin_get(admin: int, path: str, token: str | None = ADMIN_TOKEN) -> tuple[int, str]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{admin}{path}", headers=headers) as resp:
-            return resp.status, await resp.text()
+    reply = await get(f"http://127.0.0.1:{admin}{path}", headers=headers)
+    return reply.status, reply.text
 
 
 async def test_config_is_the_active_config_with_secrets_redacted(gateway_factory, upstream, redis_server):

@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.config import config
 from tests.support.gateway import cli
+from tests.support.http import request
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -44,9 +45,8 @@ async def send(url: str, n: int, user: str) -> None:
 
 async def call(admin: int, method: str, path: str, **kw) -> tuple[int, dict]:
     headers = {"Authorization": f"Bearer {TOKEN}", **kw.pop("headers", {})}
-    async with aiohttp.ClientSession() as session:
-        async with session.request(method, f"http://127.0.0.1:{admin}{path}", headers=headers, **kw) as resp:
-            return resp.status, json.loads(await resp.text())
+    reply = await request(method, f"http://127.0.0.1:{admin}{path}", headers=headers, **kw)
+    return reply.status, reply.json()
 
 
 async def check_zone_state(gw, admin: int) -> None:

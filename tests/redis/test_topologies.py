@@ -13,6 +13,7 @@ import redis
 from redis.cluster import RedisCluster as SyncCluster
 
 from tests.support.config import config
+from tests.support.http import status as status_of
 from tests.support.upstreams import Upstream
 
 pytestmark = pytest.mark.slow
@@ -30,12 +31,6 @@ def limits_on(upstream: Upstream, store: str) -> Callable[[int], str]:
     return config(
         upstream, top=top, admin="{listen: off}", zones=ZONES, upstream_options="read_timeout: 5s", route=ROUTE
     )
-
-
-async def get(session: aiohttp.ClientSession, url: str) -> int:
-    async with session.get(url) as resp:
-        await resp.read()
-        return resp.status
 
 
 async def test_two_nodes_share_limits_on_a_redis_cluster(gateway_factory, upstream, redis_cluster):
@@ -60,15 +55,15 @@ async def test_two_nodes_share_limits_on_a_redis_cluster(gateway_factory, upstre
     async with aiohttp.ClientSession() as session:
         statuses = []
         for i in range(5):
-            statuses.append(await get(session, (a if i % 2 else b).url + "/echo?k=alice"))
+            statuses.append(await status_of((a if i % 2 else b).url + "/echo?k=alice", session=session))
             await alice_slot_back()
         assert statuses == [200, 200, 200, 429, 429]  # the count zone (3 per minute) spans both nodes
-        holder = asyncio.ensure_future(get(session, a.url + "/slow?ms=1200&k=bob"))
+        holder = asyncio.ensure_future(status_of(a.url + "/slow?ms=1200&k=bob", session=session))
         await asyncio.sleep(0.4)
-        assert await get(session, b.url + "/echo?k=bob") == 503  # bob's one conn slot is held on node a
+        assert await status_of(b.url + "/echo?k=bob", session=session) == 503  # bob's one conn slot is held on node a
         assert await holder == 200
         await asyncio.sleep(0.1)
-        assert await get(session, b.url + "/echo?k=bob") == 200
+        assert await status_of(b.url + "/echo?k=bob", session=session) == 200
     try:
         # limit_req keys stay untagged <prefix><zone>:<key>, as OpenResty writes them
         assert cluster.get(f"{prefix}per_key:alice".encode()) is not None
@@ -101,7 +96,7 @@ async def test_sentinel_failover_under_traffic(gateway_factory, upstream, redis_
             while not stop.is_set():
                 started = time.monotonic()
                 try:
-                    status = await get(session, gw.url + f"/echo?k=k{n}-{len(results)}")
+                    status = await status_of(gw.url + f"/echo?k=k{n}-{len(results)}", session=session)
                 except aiohttp.ClientError:
                     status = 0
                 results.append((status, time.monotonic() - started))
@@ -121,7 +116,7 @@ async def test_sentinel_failover_under_traffic(gateway_factory, upstream, redis_
     assert max(latency for _, latency in results) < 1.0
     # limit state now lands on the new master
     async with aiohttp.ClientSession() as session:
-        assert await get(session, gw.url + "/echo?k=after-failover") == 200
+        assert await status_of(gw.url + "/echo?k=after-failover", session=session) == 200
     client_new = redis.Redis(port=new.port)
     try:
         assert client_new.get(f"{prefix}per_key:after-failover") is not None
