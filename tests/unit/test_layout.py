@@ -42,7 +42,8 @@ def imported(path: Path, module: str | None = None) -> list[tuple[int, str]]:
             else:
                 name = node.module or ""
             # ``from tests import x`` imports the module tests.x
-            found += [(node.lineno, f"{name}.{alias.name}" if name == "tests" else name) for alias in node.names]
+            names = [f"{name}.{alias.name}" for alias in node.names] if name == "tests" else [name]
+            found += [(node.lineno, each) for each in names]
     return found
 
 
