@@ -4,7 +4,7 @@
 
 The 2,000 locations have the shape of bench.py's gateway+2000 target (1,500 prefixes, every
 third ``^~``; 500 regexes, half ``~* ^/static/fileN\\.``, half ``~ \\.eN$``). "old" is the
-matcher LocationTable replaced (tests/test_routing.py keeps it as the reference), "uncached"
+matcher LocationTable replaced (scripts/routing_reference.py keeps it as the reference), "uncached"
 the new table with its decision cache off (the cost of a cache miss), "cached" the table as
 the gateway runs it. The last lines time a flood of distinct URIs, which misses the cache.
 """
@@ -18,8 +18,10 @@ import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from routing_reference import ReferenceTable, large_locations
+
 from gateway.http.routing import LocationTable, parse_location
-from tests.test_routing import ReferenceTable, large_locations
 
 CASES = {
     "prefix hit, no regex matches": "/svc17/x1",

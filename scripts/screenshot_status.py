@@ -13,24 +13,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+from cdp import Browser, find_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.cdp import Browser, find_chromium  # noqa: E402
-from tests.helpers import Gateway, Upstream, cli, free_port  # noqa: E402
 
 TOKEN = "screenshot-token"
 
 
-def config(upstream: Upstream, port: int, admin: int, dead: int) -> str:
+def config(upstream: str, port: int, admin: int, dead: int) -> str:
     return f"""
 listen: 127.0.0.1:{port}
 admin: {{listen: 127.0.0.1:{admin}, token: {TOKEN}}}
@@ -42,8 +44,8 @@ zones:
   search: {{type: req, key: $binary_remote_addr, rate: 4r/s}}
   api_keys: {{type: count, key: $http_x_api_key, limit: 20, window: 1m}}
 upstreams:
-  app: {{servers: [{upstream.address}, {{address: 127.0.0.1:{dead}, max_fails: 1, fail_timeout: 30s}}]}}
-  static: {{servers: [{upstream.address}]}}
+  app: {{servers: [{upstream}, {{address: 127.0.0.1:{dead}, max_fails: 1, fail_timeout: 30s}}]}}
+  static: {{servers: [{upstream}]}}
 routes:
   - {{location: /login, upstream: app, limit_req: [{{zone: login, burst: 5, nodelay: true}}]}}
   - {{location: /search, upstream: app, limit_req: [{{zone: search, burst: 8}}]}}
@@ -51,6 +53,46 @@ routes:
      limit_count: [{{zone: api_keys}}]}}
   - {{location: /, upstream: static}}
 """
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{proc.args} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listening on {port} after {timeout}s")
+
+
+def gateway(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gateway", *args]
+
+
+@contextlib.contextmanager
+def running(cmd: list[str], port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``cmd`` as a child process (its output in ``log``) until the block ends."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_port(port, proc)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 async def client(session: aiohttp.ClientSession, url: str, ip: str, paths: list[str], rate: object, end: float) -> None:
@@ -119,31 +161,37 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to send traffic (default 120)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "status-page.png")
     args = parser.parse_args()
-    upstream = Upstream().start()
-    port, admin, dead = free_port(), free_port(), free_port()
+    up_port, port, admin, dead = free_port(), free_port(), free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="gateway-shot-") as tmp:
-        gateway = Gateway(Path(tmp), config(upstream, port, admin, dead), port).start()
-        try:
-            conf = str(gateway.config_path)
+        conf = Path(tmp) / "limits.yaml"
+        conf.write_text(config(f"127.0.0.1:{up_port}", port, admin, dead))
+        upstream_cmd = gateway("demo-upstream", "--listen", f"127.0.0.1:{up_port}")
+        with (
+            running(upstream_cmd, up_port, Path(tmp) / "upstream.log"),
+            running(gateway("run", "-c", str(conf)), port, Path(tmp) / "gateway.log"),
+        ):
             for target, duration, reason in (
                 ("192.0.2.0/24", "6h", "abuse report #4411 (botnet range)"),
                 ("198.51.100.23", "30m", "credential stuffing on /login"),
             ):
-                done = cli("ban", target, "--for", duration, "--reason", reason, "-c", conf)
+                done = subprocess.run(
+                    gateway("ban", target, "--for", duration, "--reason", reason, "-c", str(conf)),
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                )
                 if done.returncode != 0:
                     raise SystemExit(done.stderr)
-            asyncio.run(traffic(gateway.url, args.seconds))
+            asyncio.run(traffic(url, args.seconds))
 
             async def finish() -> None:
                 # keep a trickle going while the browser looks, so the newest bucket is not empty
-                trickle = asyncio.create_task(traffic(gateway.url, 8))
+                trickle = asyncio.create_task(traffic(url, 8))
                 await shoot(admin, args.out)
                 await trickle
 
             asyncio.run(finish())
-        finally:
-            gateway.stop()
-            upstream.stop()
     print(f"wrote {args.out}")
 
 

@@ -1,28 +1,94 @@
+"""Fixtures for every test, and the markers that follow from a test's folder and fixtures.
+
+Markers are never written by hand for what they can be told from: the ``pytest_collection_modifyitems``
+hook below gives ``redis`` to everything under tests/redis/ and to every test that uses a Redis
+fixture, ``nginx`` to everything under tests/differential/ and tests/interop/ (``redis`` too:
+the OpenResty node and the gateway share one), and ``slow`` to tests/packaging/. What the hook
+cannot see is written by hand: ``slow`` elsewhere, a Redis reached through
+``request.getfixturevalue`` (mark the parameter) or a process a test starts itself.
+
+Redis: ``redis_session`` is one server for the whole run (tests isolate with a key prefix);
+``redis_server`` a server of the test's own, free to be killed, paused and restarted;
+``redis_server_factory`` servers with options of the test's choosing; ``redis_cluster`` and
+``redis_sentinel`` one cluster and one Sentinel set for the run (a test that breaks them
+heals them after).
+"""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers import Gateway, Upstream, free_port
-from tests.redis_procs import RedisCluster, RedisSentinelSet, RedisServer, require_redis_binaries
+from tests.support.gateway import Gateway
+from tests.support.ports import free_port
+from tests.support.redis_procs import RedisCluster, RedisSentinelSet, RedisServer, require_redis_binaries
+from tests.support.upstreams import Upstream
 
-# For every test: "redis_server" (a server of the test's own, free to be killed and
-# restarted) and "redis_server_factory" (servers with their own options).
-from tests.redis_procs import redis_server as _redis_server_fixture  # noqa: F401
-from tests.redis_procs import redis_server_factory as _redis_server_factory_fixture  # noqa: F401
+TESTS = Path(__file__).resolve().parent
+
+REDIS_FIXTURES = frozenset({"redis_session", "redis_server", "redis_server_factory", "redis_cluster", "redis_sentinel"})
+FOLDER_MARKS = {"redis": ("redis",), "differential": ("nginx",), "interop": ("nginx", "redis"), "packaging": ("slow",)}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            folder = item.path.relative_to(TESTS).parts[0]
+        except ValueError:
+            continue
+        names = set(FOLDER_MARKS.get(folder, ()))
+        if REDIS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            names.add("redis")
+        for name in sorted(names - {m.name for m in item.iter_markers()}):
+            item.add_marker(name)
+
+
+# -- Redis -----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
-def redis_session() -> Iterator[RedisServer]:
+def redis_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One redis-server for tests that isolate themselves with a key prefix."""
     require_redis_binaries()
-    server = RedisServer()
+    server = RedisServer(base_dir=tmp_path_factory.mktemp("redis-session"))
     try:
         yield server.start()
     finally:
         server.close()
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A fresh standalone redis-server for one test, which may kill, pause or restart it."""
+    require_redis_binaries()
+    server = RedisServer(base_dir=tmp_path_factory.mktemp("redis"))
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def redis_server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., RedisServer]]:
+    """``make(**RedisServer kwargs)`` -> a started server; all are stopped after the test."""
+    require_redis_binaries()
+    base = tmp_path_factory.mktemp("redis-many")
+    made: list[RedisServer] = []
+
+    def make(**kwargs: Any) -> RedisServer:
+        kwargs.setdefault("base_dir", base)
+        server = RedisServer(**kwargs)
+        made.append(server)
+        return server.start()
+
+    try:
+        yield make
+    finally:
+        for server in made:
+            server.close()
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +113,9 @@ def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSe
         sentinels.close()
 
 
+# -- upstreams and the gateway ---------------------------------------------------------------------
+
+
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
     up = Upstream("up1").start()
@@ -63,6 +132,8 @@ def upstream2() -> Iterator[Upstream]:
 
 @pytest.fixture
 def gateway_factory(tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
+    """``make(config)`` -> a started gateway (its CLI); ``config`` is YAML text or a function of
+    the listen port (tests/support/config.py). All are stopped after the test."""
     started: list[Gateway] = []
 
     def make(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.conformance.conftest import Scenario, config
+from tests.support.conformance import Scenario, config
 
 
 async def settle() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conformance.conftest import Scenario, config
+from tests.support.conformance import Scenario, config
 
 
 def count_config(limit: int, window: str) -> str:

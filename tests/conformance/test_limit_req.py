@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.conftest import Scenario, config
+from tests.support.conformance import Scenario, config
 
 
 def two_rps(burst: str) -> str:
@@ -216,7 +216,7 @@ async def test_ban_rejects_without_charging_until_it_ends(store, clock):
     assert (await s.hit("/", 2400, b"good")).req == "PASSED"  # other keys are unaffected
     if store.engine == "resty":
         # lua-resty-redis-ratelimit's ban is a Redis TTL: it runs on Redis' clock, not the
-        # caller's, so a fake clock cannot end it (tests/test_redis_store.py checks it in real time).
+        # caller's, so a fake clock cannot end it (tests/redis/test_redis_store.py checks it in real time).
         assert results[11][0] == "REJECTED"
         return
     assert results[11][0] == "PASSED"

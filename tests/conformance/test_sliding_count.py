@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gateway.limits import sliding_count
 from gateway.limits.params import CountParams
-from tests.conformance.conftest import Scenario, config
+from tests.support.conformance import Scenario, config
 
 
 def sliding_config(limit: int, window: str, use: str = "limit_count") -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.limits.outcome import AlgoOutcome
 from gateway.store.redis import connect
-from tests.conformance.conftest import Scenario, config
+from tests.support.conformance import Scenario, config
 
 
 def log_config(limit: int, window: str, extra_routes: str = "", extra_zones: str = "") -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gateway.limits import token
 from gateway.limits.outcome import AlgoOutcome
-from tests.conformance.conftest import Scenario, config
+from tests.support.conformance import Scenario, config
 
 
 def token_config(rate: str, warmup: str = "0s", max_delay: str = "0s", routes: str = "", zones: str = "") -> str:

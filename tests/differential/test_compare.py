@@ -3,9 +3,9 @@ machine stalls longer than the scenario's jitter."""
 
 from __future__ import annotations
 
-from tests.differential.harness import Observed, compare, excess_slack
-from tests.differential.model import analyse
-from tests.differential.scenarios import BOUNDARY
+from tests.support.differential.harness import Observed, compare, excess_slack
+from tests.support.differential.model import analyse
+from tests.support.differential.scenarios import BOUNDARY
 
 
 def _as_modelled(analysis, i: int) -> Observed:

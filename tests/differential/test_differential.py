@@ -12,11 +12,9 @@ import re
 
 import pytest
 
-from tests.differential.harness import Run, default_jitter
-from tests.differential.model import analyse
-from tests.differential.scenarios import ALL, BOUNDARY
-
-pytestmark = pytest.mark.nginx
+from tests.support.differential.harness import Run, default_jitter
+from tests.support.differential.model import analyse
+from tests.support.differential.scenarios import ALL, BOUNDARY
 
 # A scenario where the gateway is known to differ from nginx gets
 # pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=...)) here.

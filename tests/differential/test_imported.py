@@ -21,12 +21,12 @@ import yaml
 from gateway.nginxconf.emit import render
 from gateway.nginxconf.parser import parse_config
 from gateway.nginxconf.translate import translate
-from tests.differential import harness
-from tests.differential.conftest import STAGGER_MS, _hold, find_nginx, run_and_compare
-from tests.differential.scenarios import ALL
-from tests.helpers import Gateway, Upstream, free_port
-
-pytestmark = pytest.mark.nginx
+from tests.support.differential import harness
+from tests.support.differential.scenarios import ALL
+from tests.support.gateway import Gateway
+from tests.support.nginx import find_nginx
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 # Directives of the generated nginx.conf that are about running nginx itself, not about limits.
 PROCESS_ONLY = {
@@ -60,10 +60,10 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Imported]:
             pytest.fail("the nginx binary is required for the differential tests when CI is set")
         pytest.skip("nginx binary not found (differential tests need it)")
     workdir: Path = tmp_path_factory.mktemp("imported")
-    scenarios = [dataclasses.replace(s, start_offset_ms=k * STAGGER_MS) for k, s in enumerate(ALL)]
+    scenarios = [dataclasses.replace(s, start_offset_ms=k * harness.STAGGER_MS) for k, s in enumerate(ALL)]
     jitter = harness.default_jitter()
     upstream = Upstream("diff").start()
-    upstream.hooks["echo"] = _hold
+    upstream.hooks["echo"] = harness.hold_request
     nginx_dir, gateway_dir = workdir / "nginx", workdir / "gateway"
     nginx_dir.mkdir()
     gateway_dir.mkdir()
@@ -74,7 +74,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Imported]:
     nginx = harness.Nginx(binary, nginx_dir, conf_text, nginx_port)
     gateway = Gateway(gateway_dir, gateway_text, gateway_port)
     try:
-        yield Imported(run_and_compare(nginx, gateway, scenarios, jitter, workdir), gateway_text, skipped)
+        yield Imported(harness.run_and_compare(nginx, gateway, scenarios, jitter, workdir), gateway_text, skipped)
     finally:
         gateway.stop()
         nginx.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from gateway.limits import nginx_req, params
-from tests.differential.model import (
+from tests.support.differential.model import (
     DELAYED,
     DELAYED_DRY_RUN,
     PASSED,
@@ -19,7 +19,7 @@ from tests.differential.model import (
     analyse,
     simulate,
 )
-from tests.differential.scenario import ConnZone, LimitConn, LimitReq, Location, ReqZone, Scenario, req
+from tests.support.differential.scenario import ConnZone, LimitConn, LimitReq, Location, ReqZone, Scenario, req
 
 
 def run(scn: Scenario, *, upstream: int = 1) -> list[tuple[int, str, str, int, int | None]]:

@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import free_port, wait_port
+from tests.support.ports import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))) if p.exists()]

@@ -1,0 +1,1 @@
+"""The gateway started through its CLI, real upstreams over real sockets: what a user sees."""

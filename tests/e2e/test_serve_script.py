@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, free_port, wait_port
+from tests.support.paths import ROOT
+from tests.support.ports import free_port, wait_port
 
 SERVE = ROOT / "scripts" / "serve"
 

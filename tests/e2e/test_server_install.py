@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, Gateway, free_port
+from tests.support.gateway import Gateway
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
 
 UNIT = ROOT / "contrib" / "systemd" / "gateway.service"
 LOGROTATE = ROOT / "contrib" / "logrotate" / "gateway"

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Gateway, basic_config, free_port
+from tests.support.config import basic_config
+from tests.support.gateway import Gateway
+from tests.support.ports import free_port
 
 Message = tuple[int, dict[str, str]]  # sender pid, fields
 

@@ -21,7 +21,8 @@ import pytest
 from aiohttp import WSMsgType, web
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import Gateway, free_port
+from tests.support.gateway import Gateway
+from tests.support.ports import free_port
 
 HANDSHAKE_DELAY = 0.3  # the upstream's wait before its 101
 DURATION = "gateway_upstream_duration_seconds"

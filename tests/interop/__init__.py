@@ -1,0 +1,1 @@
+"""lua-resty-redis-ratelimit style OpenResty node and the gateway on one Redis (marked nginx and redis)."""

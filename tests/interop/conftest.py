@@ -8,51 +8,14 @@ are the Redis key ``Z:K`` on both sides (``$binary_remote_addr`` is ``\\x7f\\x00
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import Gateway, Upstream, free_port
-from tests.interop.openresty import OpenResty, find_openresty, http_get
-from tests.redis_procs import RedisServer
-
-# zone -> (gateway zone settings, route path); every route: burst 2, nodelay
-ZONES: dict[str, tuple[str, str]] = {
-    "interop_shared": ("rate: 2r/s", "/shared/"),
-    "interop_fmt": ("rate: 1r/m", "/fmt/"),
-    "interop_ban_a": ("rate: 2r/s, ban: 3s", "/ban_a/"),
-    "interop_ban_b": ("rate: 2r/s, ban: 3s", "/ban_b/"),
-    "interop_argv": ("rate: 30r/m", "/argv/"),
-    "interop_noscript": ("rate: 2r/s", "/noscript/"),
-}
-
-
-def script_path() -> Path:
-    """limit_req.lua in the checkout's scripts/lua (the file OpenResty nodes load)."""
-    return Path(__file__).resolve().parents[2] / "scripts" / "lua" / "limit_req.lua"
-
-
-def gateway_config(port: int, redis_port: int, upstream: str) -> str:
-    zones = "\n".join(
-        f"  {zone}: {{type: req, key: $binary_remote_addr, {settings}}}" for zone, (settings, _) in ZONES.items()
-    )
-    routes = "\n".join(
-        f"  - location: {path}\n    upstream: app\n    limit_req: [{{zone: {zone}, burst: 2, nodelay: true}}]"
-        for zone, (_, path) in ZONES.items()
-    )
-    return f"""
-listen: 127.0.0.1:{port}
-admin: {{listen: off}}
-log: {{format: json}}
-store:
-  redis: {{url: "redis://127.0.0.1:{redis_port}/0", timeout: 500ms, on_error: deny, prefix: ""}}
-zones:
-{zones}
-upstreams:
-  app: {{servers: [{upstream}]}}
-routes:
-{routes}
-"""
+from tests.support.gateway import Gateway
+from tests.support.openresty import OpenResty, find_openresty, gateway_config, http_get, script_path
+from tests.support.ports import free_port
+from tests.support.redis_procs import RedisServer
+from tests.support.upstreams import Upstream
 
 
 @pytest.fixture(scope="module")

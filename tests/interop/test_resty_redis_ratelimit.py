@@ -20,12 +20,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.helpers import Gateway
-from tests.interop.conftest import ZONES, script_path
-from tests.interop.openresty import Hit, Monitor, OpenResty, epoch_ms, http_get
-from tests.redis_procs import RedisServer
-
-pytestmark = [pytest.mark.nginx, pytest.mark.redis]
+from tests.support.gateway import Gateway
+from tests.support.openresty import ZONES, Hit, Monitor, OpenResty, epoch_ms, http_get, script_path
+from tests.support.redis_procs import RedisServer
 
 CLIENT = b"\x7f\x00\x00\x01"  # $binary_remote_addr of 127.0.0.1, on both nodes
 SLACK_MS = 5.0  # a node's clock reading vs the test's clock around the request

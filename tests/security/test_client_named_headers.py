@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers import RawUpstream
+from tests.support.upstreams import HeadEchoUpstream
 
 ATTACK = (
     b"Forwarded: for=1.2.3.4\r\nTrue-Client-IP: 1.2.3.4\r\nX-Client-IP: 1.2.3.4\r\n"
@@ -31,13 +31,13 @@ def fetch(port: int, path: str) -> None:
 
 
 @pytest.fixture
-def raw_upstream() -> Iterator[RawUpstream]:
-    up = RawUpstream().start()
+def raw_upstream() -> Iterator[HeadEchoUpstream]:
+    up = HeadEchoUpstream().start()
     yield up
     up.stop()
 
 
-def names_seen(up: RawUpstream) -> set[str]:
+def names_seen(up: HeadEchoUpstream) -> set[str]:
     assert len(up.heads) == 1
     return {name.lower() for name, _ in up.heads[0]["headers"]}
 

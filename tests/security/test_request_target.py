@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers import RawUpstream
+from tests.support.upstreams import HeadEchoUpstream
 
 
 def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
@@ -56,8 +56,8 @@ routes:
 
 
 @pytest.fixture
-def raw_upstream() -> Iterator[RawUpstream]:
-    up = RawUpstream().start()
+def raw_upstream() -> Iterator[HeadEchoUpstream]:
+    up = HeadEchoUpstream().start()
     yield up
     up.stop()
 

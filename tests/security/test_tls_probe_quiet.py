@@ -12,7 +12,7 @@ import socket
 import ssl
 import time
 
-from tests.certs import TestCA
+from tests.support.certs import TestCA
 
 
 def test_handshake_then_close_logs_nothing(gateway_factory, tmp_path):

@@ -1,0 +1,1 @@
+"""Ban table, blocklist format and ban policy (gateway/bans)."""

@@ -1,0 +1,1 @@
+"""Configuration loading and validation (gateway/config, gateway/plan)."""

@@ -1,0 +1,1 @@
+"""The connection edge (gateway/edge): per-address connection caps."""

@@ -1,0 +1,1 @@
+"""Per-request nginx semantics (gateway/http): keys, real IP, location matching."""

@@ -1,0 +1,1 @@
+"""Access log formats and escaping (gateway/logs)."""

@@ -1,0 +1,1 @@
+"""Metrics and the master <-> worker stats channel (gateway/metrics)."""

@@ -1,0 +1,1 @@
+"""nginx config import (gateway/nginxconf): grammar, translation, the corpus in nginx_corpus/."""

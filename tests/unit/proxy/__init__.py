@@ -1,0 +1,1 @@
+"""Upstream selection and pools (gateway/proxy)."""

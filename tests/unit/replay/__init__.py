@@ -1,0 +1,1 @@
+"""Access log replay (gateway/replay)."""

@@ -1,0 +1,1 @@
+"""The pure parts of scripts/: benchmark helpers and the committed algorithm plot."""

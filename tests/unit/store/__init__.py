@@ -1,0 +1,1 @@
+"""The embedded store and the master's shared store (gateway/store)."""
