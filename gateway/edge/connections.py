@@ -12,6 +12,10 @@
   taken. If nothing can be reclaimed, the new connection is refused. Either way the
   operator hears about it once a second:
   ``10240 worker_connections are not enough, reusing connections``.
+* At the budget, an address that already holds 1/64th of it (or 8, if more) is
+  refused rather than allowed to close other clients' connections: a few addresses
+  cannot churn the whole budget, and refusing costs far less than admitting, so the
+  accept queue (where a normal client waits) drains fast.
 * ``max_connections_per_ip`` caps the connections of one client address, counted
   at accept, before a byte is parsed or a TLS handshake starts. IPv6 peers are
   counted by their /64, the block a single host usually owns. Peers in
@@ -40,6 +44,8 @@ from gateway.logs import error as errorlog
 T = TypeVar("T")
 EVICT_BATCH = 32  # nginx drains up to 32 reusable connections at a time
 BODY_SCAN = 128  # connections receiving a body looked at, at most, per shortage
+FAIR_SHARE = 64  # at the budget, an address holding budget/64 connections gets no more...
+MIN_SHARE = 8  # ... or 8, when that is more
 GRACE_S = 1.0  # a connection gets this long to show progress before it is reclaimed first
 
 
@@ -117,6 +123,15 @@ class ConnectionLimiter:
             )
             return None
         if self.total >= caps.worker_connections:
+            held = self.per_ip.get(key, 0)
+            if held >= max(MIN_SHARE, caps.worker_connections // FAIR_SHARE) and peer not in caps.exempt:
+                # A full worker and an address with its share already: it waits, others keep theirs.
+                self.refused += 1
+                self._exhausted.log(
+                    f"{caps.worker_connections} {caps.limit_name} are not enough, "
+                    f"refusing a connection from a client holding {held}: {peer.text}"
+                )
+                return None
             self._drain()
             if self.total >= caps.worker_connections:
                 self.refused += 1

@@ -166,3 +166,16 @@ def test_a_tls_connection_keeps_its_count_when_the_edge_protocol_takes_over():
     assert lim.total == 1 and lim.per_ip[sniffer.key or b""] == 1
     assert Conn(lim, "198.51.100.7").key is not None
     assert Conn(lim, "198.51.100.7").key is None  # the handed-over connection still counts
+
+
+def test_at_the_budget_an_address_holding_its_share_waits_instead_of_taking_room():
+    lim = limiter(64 * 10)  # a share of 10
+    heavy = [Conn(lim, "198.51.100.1") for _ in range(10)]
+    others = [Conn(lim, f"203.0.{i // 250}.{i % 250 + 1}") for i in range(630)]
+    for conn in heavy + others:
+        age(lim, conn, GRACE_S + 1)
+    assert lim.total == 640
+    assert Conn(lim, "198.51.100.1").key is None  # refused: it would have closed another's connection
+    assert not any(c.evicted for c in heavy + others)
+    assert Conn(lim, "192.0.2.1").key is not None  # a client with nothing yet gets room
+    assert sum(c.evicted for c in heavy + others) == 32
