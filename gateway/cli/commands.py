@@ -218,7 +218,7 @@ def _run(args: argparse.Namespace) -> int:
     from gateway.edge import raise_fd_limit
 
     if not args.worker:
-        raise_fd_limit(spec.edge.worker_connections)  # workers inherit it
+        raise_fd_limit()  # workers inherit it
     pid_path = None if args.worker else spec.pid
     if pid_path is not None:
         pidfile.check_free(pid_path)  # before anything binds: a second start is refused, not a bind error

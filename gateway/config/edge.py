@@ -1,6 +1,17 @@
 """The top-level client-connection settings (nginx's names and defaults): ``worker_connections``,
 ``client_header_timeout``, ``keepalive_timeout``, ``send_timeout``, ``max_connections_per_ip``,
-``large_client_header_buffers``, ``server_tokens`` and ``underscores_in_headers``.
+``large_client_header_buffers``, ``server_tokens`` and ``underscores_in_headers``; and one nginx does not have:
+
+``client_body_min_rate`` (a size per second, default ``1k``; ``0``: off): the slowest a request
+body may arrive once the worker has no room left for new connections. nginx's
+``client_body_timeout`` bounds the wait between two reads, so a client sending a byte a minute
+keeps its connection for ever; as Envoy, HAProxy, Apache (``mod_reqtimeout``'s ``MinRate``) and
+Kestrel do, the gateway adds a floor rate. When a new connection finds the worker's connection
+budget full (``worker_connections``, or what the open file limit allows), the connections that
+make no progress are closed to make room, oldest first: idle keep-alive ones, ones still sending
+their header or their TLS handshake, and ones whose body, counted from the end of its header,
+averages less than this rate after a first second of grace. Bodies that arrive faster, and
+requests waiting on their upstream, are never taken.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ class EdgeSpec:
     header_buffer_size: int = 8192
     server_tokens: bool = False
     underscores_in_headers: bool = False  # nginx's default: a name with "_" is not passed on
+    client_body_min_rate: int = 1024  # bytes per second; 0: off
 
 
 EDGE_KEYS = (
@@ -35,6 +47,7 @@ EDGE_KEYS = (
     "large_client_header_buffers",
     "server_tokens",
     "underscores_in_headers",
+    "client_body_min_rate",
 )
 
 
@@ -64,7 +77,12 @@ def parse_edge(r: Reader, data: dict[str, Any]) -> EdgeSpec:
         header_buffer_size=buffer_size,
         server_tokens=bool(r.field(data, "server_tokens", (), as_bool, False)),
         underscores_in_headers=bool(r.field(data, "underscores_in_headers", (), as_bool, False)),
+        client_body_min_rate=_or_default(r.field(data, "client_body_min_rate", (), size, None), d.client_body_min_rate),
     )
+
+
+def _or_default(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _header_buffers(value: Any) -> tuple[int, int]:

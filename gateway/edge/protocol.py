@@ -4,7 +4,10 @@
 response machinery) with what a server facing hostile clients needs:
 
 * **caps at accept** (``ConnectionLimiter``): over ``max_connections_per_ip`` or with no
-  room left under ``worker_connections``, the connection is reset before a byte is read;
+  room left under the connection budget (``worker_connections``, or what the open file limit
+  allows), the connection is reset before a byte is read; at the budget, connections making
+  no progress (idle, mid-header, mid-handshake, or a body below ``client_body_min_rate``)
+  make room;
 * **timeouts**: the whole header must arrive within ``client_header_timeout`` of the
   connection's start; once a connection is idle, ``keepalive_timeout`` is its whole
   budget, the next request's header included; a write to a client that does not read
@@ -23,20 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import socket
-import struct
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
 from aiohttp.http import HttpVersion10, HttpVersion11
 from aiohttp.http_exceptions import BadStatusLine, HttpProcessingError, LineTooLong
-from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, _ErrInfo
 
 from gateway.edge import requestline
-from gateway.edge.connections import ConnectionCaps, ConnectionLimiter
+from gateway.edge.connections import ConnectionCaps, ConnectionLimiter, reset
 from gateway.http import responses
 from gateway.http.realip import UNKNOWN, parse_addr
 from gateway.logs import error as errorlog
@@ -45,6 +46,8 @@ from gateway.logs.escape import escape
 if TYPE_CHECKING:
     from aiohttp.web_request import BaseRequest
     from aiohttp.web_response import StreamResponse
+
+    from gateway.edge.settings import Budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,7 @@ class EdgeSettings:
     send_timeout_s: float
     header_buffer_size: int  # large_client_header_buffers: one buffer (request line, one header)
     header_buffers: int  # ... and how many of them a whole header may fill
+    budget: Budget | None = None  # how caps.worker_connections was chosen (the start-up log's line)
 
 
 class EdgeServer(web.Server):
@@ -66,10 +70,14 @@ class EdgeServer(web.Server):
         super().__init__(handler, **kwargs)
         self.settings = settings
         self.limiter = ConnectionLimiter(settings.caps)
+        _announce(settings.budget)
 
     def configure(self, settings: EdgeSettings) -> None:
+        old = self.settings.budget
         self.settings = settings
         self.limiter.configure(settings.caps)
+        if settings.budget != old:
+            _announce(settings.budget)
 
     def __call__(self) -> EdgeProtocol:
         settings = self.settings
@@ -86,8 +94,30 @@ class EdgeServer(web.Server):
         )
 
 
+def _announce(budget: Budget | None) -> None:
+    """The start-up (or reload) line saying how many client connections this worker serves, and why."""
+    if budget is None:
+        return
+    if budget.fd_bound:
+        errorlog.log.warning("%s", budget.message)
+    else:
+        errorlog.log.log(errorlog.NOTICE, "%s", budget.message)
+
+
 class EdgeProtocol(RequestHandler):
-    __slots__ = ("_at_boundary", "_edge", "_fed", "_held", "_ip_key", "_refused", "_renames", "_settings", "tls")
+    __slots__ = (
+        "_at_boundary",
+        "_body",
+        "_body_since",
+        "_edge",
+        "_fed",
+        "_held",
+        "_ip_key",
+        "_refused",
+        "_renames",
+        "_settings",
+        "tls",
+    )
 
     def __init__(self, manager: EdgeServer, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -101,17 +131,25 @@ class EdgeProtocol(RequestHandler):
         self._fed = 0  # bytes parsed since the packet that completed the last request
         # The real methods of the next parsed requests, in order (None: not renamed).
         self._renames: collections.deque[str | None] = collections.deque()
+        self._body: StreamReader | None = None  # the request body still arriving, while it is
+        self._body_since = 0.0  # ... and when its request began (time.monotonic)
 
     # -- accept, close, reuse ---------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        peername = transport.get_extra_info("peername")
-        peer = parse_addr(peername[0]) if isinstance(peername, tuple) and peername else None
-        key = self._edge.limiter.admit(self, peer or UNKNOWN)
-        if key is None:
-            self._refused = True
-            _reset(cast(asyncio.Transport, transport))
-            return
+    def adopt(self, key: bytes) -> None:
+        """Carry on a connection the limiter counted at accept (TLS, after its handshake):
+        ``connection_made`` then admits nothing more."""
         self._ip_key = key
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._ip_key is None:
+            peername = transport.get_extra_info("peername")
+            peer = parse_addr(peername[0]) if isinstance(peername, tuple) and peername else None
+            key = self._edge.limiter.admit(self, peer or UNKNOWN)
+            if key is None:
+                self._refused = True
+                reset(cast(asyncio.Transport, transport))
+                return
+            self._ip_key = key
         self.tls = transport.get_extra_info("ssl_object")
         super().connection_made(transport)
         # aiohttp arms its keep-alive timer at connect; the first header gets its own budget.
@@ -134,22 +172,39 @@ class EdgeProtocol(RequestHandler):
             self._edge.limiter.release(self, key)
 
     def evict(self) -> None:
-        """Closed to make room for a new connection (it was idle, or still sending its header)."""
+        """Closed to make room for a new connection (it was idle, still sending its header, or
+        sending its body below ``client_body_min_rate``)."""
         self._forget()
         if self.transport is not None:
-            _reset(self.transport)
+            reset(self.transport)
             self.transport = None
         self.force_close()
+
+    def body_progress(self) -> tuple[float, int, bool] | None:
+        """For the limiter, only when it is out of room: how far the request body has come."""
+        body = self._body
+        if body is None or body.is_eof():
+            return None
+        return self._body_since, body.total_bytes, self._reading_paused
 
     async def _handle_request(
         self, request: BaseRequest, start_time: float | None, request_handler: Any
     ) -> tuple[StreamResponse, bool]:
         limiter = self._edge.limiter
+        receiving = False
         if self._ip_key is not None:
-            limiter.busy(self)
+            if request.body_exists and not (body := request.content).is_eof():
+                self._body, self._body_since = body, time.monotonic()
+                limiter.receiving_body(self)
+                receiving = True
+            else:
+                limiter.busy(self)
         try:
             return await super()._handle_request(request, start_time, request_handler)
         finally:
+            if receiving:
+                self._body = None
+                limiter.body_done(self)
             if self._ip_key is not None and self.transport is not None and not self._force_close:
                 limiter.idle(self)
 
@@ -301,18 +356,6 @@ class EdgeProtocol(RequestHandler):
         response = responses.error(status, "")
         response.force_close()
         return response
-
-
-def _reset(transport: asyncio.Transport) -> None:
-    """Close with a TCP reset: under a flood, neither a FIN_WAIT orphan nor a TIME_WAIT is left behind."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-    transport.abort()
-
-
-_LINGER_RESET = struct.pack("ii", 1, 0)
 
 
 def _status_for(exc: BaseException | None, status: int) -> int:

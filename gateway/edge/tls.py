@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -22,6 +23,8 @@ from gateway.background import spawn
 from gateway.config.schema import ConfigSpec
 from gateway.config.servers import ServerName, serves
 from gateway.config.tls import TlsSpec, apply_settings, server_context
+from gateway.edge.connections import reset
+from gateway.http.realip import UNKNOWN, parse_addr
 from gateway.http.vhosts import NameTable
 
 
@@ -126,6 +129,11 @@ class TlsSniffer(asyncio.Protocol):
     listener; anything else is a plain HTTP request and gets nginx's 400 "The plain HTTP
     request was sent to HTTPS port". The first bytes and the handshake together must come
     within ``client_header_timeout``.
+
+    The connection counts against ``max_connections_per_ip`` and the connection budget from
+    accept, as a plain one does: until the edge protocol takes it over after the handshake,
+    this sniffer is what the limiter counts, and what it may close (as reusable: a handshake
+    makes no request progress) when a worker is out of room.
     """
 
     def __init__(self, server: Any, listener: TlsListener) -> None:
@@ -134,12 +142,36 @@ class TlsSniffer(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.deadline = 0.0
         self.timer: asyncio.TimerHandle | None = None
+        self.key: bytes | None = None  # the limiter's count, until released or handed over
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         loop = asyncio.get_running_loop()
         self.transport = cast(asyncio.Transport, transport)
+        peername = transport.get_extra_info("peername")
+        peer = parse_addr(peername[0]) if isinstance(peername, tuple) and peername else None
+        self.key = self.server.limiter.admit(self, peer or UNKNOWN)
+        if self.key is None:
+            reset(self.transport)
+            return
         self.deadline = loop.time() + float(self.server.settings.client_header_timeout_s)
         self.timer = loop.call_at(self.deadline, self.transport.abort)
+
+    def release(self) -> None:
+        """The connection is gone: its counts go back (once, whichever way it ended)."""
+        key = self.key
+        if key is not None:
+            self.key = None
+            self.server.limiter.release(self, key)
+
+    def evict(self) -> None:
+        """Closed to make room for a new connection (still in its handshake, or being told it
+        sent plain HTTP)."""
+        self.release()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.transport is not None:
+            reset(self.transport)
 
     def data_received(self, data: bytes) -> None:
         transport = self.transport
@@ -151,7 +183,7 @@ class TlsSniffer(asyncio.Protocol):
             transport.pause_reading()
             spawn(self._handshake(data))
         else:
-            answer = PlainHttpAnswer(transport, self.deadline)
+            answer = PlainHttpAnswer(transport, self.deadline, self.release)
             transport.set_protocol(answer)
             answer.data_received(data)
 
@@ -178,11 +210,18 @@ class TlsSniffer(asyncio.Protocol):
             tls = await upgrade
         except (OSError, EOFError, asyncio.CancelledError, ValueError):  # a failed handshake: closed, quietly
             transport.abort()
+            self.release()
             return
-        if tls is None:
+        key = self.key
+        if tls is None or key is None:  # no TLS transport, or evicted as the handshake ended
             transport.abort()
+            self.release()
             return
-        held.hand_over(tls, self.server())
+        protocol = self.server()
+        self.key = None
+        self.server.limiter.replace(self, protocol)
+        protocol.adopt(key)
+        held.hand_over(tls, protocol)
 
     def eof_received(self) -> bool | None:
         if self.timer is not None:
@@ -194,6 +233,7 @@ class TlsSniffer(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        self.release()
 
 
 def _replay(protocol: Any, data: bytes) -> None:
@@ -242,10 +282,11 @@ class HeldProtocol(asyncio.Protocol):
 class PlainHttpAnswer(asyncio.Protocol):
     """Reads a plain HTTP request's header (up to 16 KiB), answers 400 and closes."""
 
-    def __init__(self, transport: asyncio.Transport, deadline: float) -> None:
+    def __init__(self, transport: asyncio.Transport, deadline: float, on_lost: Callable[[], None]) -> None:
         self.transport = transport
         self.timer = asyncio.get_running_loop().call_at(deadline, transport.abort)  # client_header_timeout
         self.seen = b""
+        self.on_lost = on_lost  # gives the connection's count back
 
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():
@@ -263,3 +304,4 @@ class PlainHttpAnswer(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.timer.cancel()
+        self.on_lost()
