@@ -8,8 +8,9 @@
   memory, then a temp file, so the upstream connection is free as soon as the
   upstream has sent everything, whatever the client's speed; the client still
   gets every byte as soon as it can take it. With ``off`` (or the upstream's
-  ``X-Accel-Buffering: no``) a slow client holds the upstream back. Small
-  responses with a known length are read whole and written at once.
+  ``X-Accel-Buffering: no``) a slow client holds the upstream back, and the status
+  line and every byte go to the client as they arrive. Buffered responses with a
+  small known length are read whole and written at once.
 * ``proxy_next_upstream error timeout``: which servers are tried, when a failed
   try moves on, and what is recorded about them is ``nextupstream.py``'s, shared
   with WebSocket handshakes.
@@ -215,7 +216,7 @@ async def relay(
             send(writer, data)
             await writer.drain()
             return ProxiedResponse(status, upstream.reason, keep_alive)
-        if length is not None and length <= BUFFER_LIMIT:
+        if length is not None and length <= BUFFER_LIMIT and spool.buffering:
             spool.expect_whole(length)
             body = spool.whole()
             if body is None:

@@ -161,6 +161,7 @@ class ResponseSpool:
         self._owner = owner
         self.memory_limit = 0
         self.file_limit = 0
+        self.buffering = True
         self._read_block = MIN_READ_BLOCK
         self.set_buffering(policy.response_buffering)
         self.producer: Producer | None = None
@@ -178,6 +179,7 @@ class ResponseSpool:
         """On: read ahead into ``proxy_buffers``, then the temp file. Off: only a little,
         in memory, so a slow client holds the upstream back (the upstream's
         ``X-Accel-Buffering`` header may switch it, as in nginx)."""
+        self.buffering = on
         if on:
             self.memory_limit = self.policy.proxy_buffers
             self.file_limit = self.policy.max_temp_file_size
