@@ -17,9 +17,9 @@ classes, so that a client cannot get its own state evicted by flooding other key
   and moving on in turn.
 
 When neither class can make room, the new key is refused, as nginx refuses a node
-it cannot allocate: limit_req answers ERROR (503 "could not allocate node"), a count
-or ``limits:`` zone rejects the request with its status, and the zone says so in the
-error log (at most once a second). Why refuse rather than evict held keys last: an
+it cannot allocate: limit_req answers ERROR (503, "could not allocate node" in the
+error log), a count or ``limits:`` zone rejects the request with its status and says
+so in the error log at most once a second. Why refuse rather than evict held keys last: an
 attacker who can make keys cheaply can make them held as cheaply (one request in a
 1-per-hour count zone), so any order that ends in evicting held keys ends in
 evicting the attacker's own. Refusing costs new keys while the zone is full of live
@@ -137,11 +137,11 @@ class _LruZone:
                     return True
             else:
                 held.move_to_end(key)  # the next new key looks at the next ones
-        self._refuse()
+        self.refused += 1
         return False
 
-    def _refuse(self) -> None:
-        self.refused += 1
+    def _tell_refused(self) -> None:
+        """Say in the error log, at most once a second, that the zone refuses new keys."""
         wall = time.monotonic()
         if wall - self._told >= 1.0:
             self._told = wall
@@ -187,6 +187,8 @@ class ReqZone(_LruZone):
 
     def hold(self, key: bytes) -> None:
         """The key is at its limit (its next request would be refused): it is held from now on."""
+        if key in self.held:
+            return
         state = self.nodes.pop(key, None)
         if state is not None:
             self.held[key] = state
@@ -249,7 +251,10 @@ class CountZone(_LruZone):
         cost = self.key_cost(key)
         if cost > self.size:
             return False
-        return self.used + cost <= self.size or self.make_room(cost, now)
+        if self.used + cost <= self.size or self.make_room(cost, now):
+            return True
+        self._tell_refused()  # (limit_req's refusals are logged per request, as nginx's are)
+        return False
 
     def store(self, key: bytes, state: Any, now: int) -> None:
         held = self.held
@@ -529,9 +534,14 @@ class MemoryStore:
             nginx_req.commit(req, req_tables)
             # A key whose next request would be refused is limited: held, not evictable by a flood
             # of other keys (a one-shot key under a burst stays free, and floods evict those).
-            for i, excess in enumerate(req.excesses):
-                if excess is not None and excess + 1000 > route.limit_req[i].burst_m:
-                    req_tables[i].hold(req_keys[i])
+            limits = route.limit_req
+            if len(limits) == 1:  # (the usual route: its excess is the decision's)
+                if req.excess + 1000 > limits[0].burst_m:
+                    req_tables[0].hold(req_keys[0])
+            else:
+                for i, excess in enumerate(req.excesses):
+                    if excess is not None and excess + 1000 > limits[i].burst_m:
+                        req_tables[i].hold(req_keys[i])
         if route.limit_conn:
             waits = (req is not None and req.delay_ms > 0) or (
                 bool(verdict.algo) and any(a is not None and a.delay_ms for a in verdict.algo)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gateway.limits import nginx_req
 from gateway.plan import load_config_text
@@ -152,9 +153,10 @@ def test_limit_req_flood_of_limited_keys_gets_refused_not_the_victim_evicted():
     assert lab.passes("req", b"a-new-client")
 
 
-def test_a_count_window_is_not_reset_by_eviction_within_its_window():
+def test_a_count_window_is_not_reset_by_eviction_within_its_window(caplog):
     # Every flood key holds a live window too: the zone fills, then refuses new keys.
     lab = _is_limited_after_a_flood("count", flood_passes=lambda n: 0 < n < FLOOD)
+    assert 'zone "count" is full of limited or banned keys' in caplog.text
     verdict = lab.decide("count", b"a-new-client")
     assert verdict.count_rejected == 0  # refused with the zone's status, like a full nginx zone
     lab.now += HOUR_MS  # the windows end: the victim and new clients start afresh
@@ -228,9 +230,10 @@ def test_held_keys_cost_a_refused_key_a_bounded_look():
 # -- end to end: the ban case through the gateway's CLI ---------------------------------------------
 
 
-def ban_config(port: int, upstream: str, admin_port: int) -> str:
+def ban_config(port: int, upstream: str, admin_port: int, workers: int) -> str:
     return f"""
 listen: 127.0.0.1:{port}
+workers: {workers}
 shutdown_timeout: 3s
 admin: {{listen: 127.0.0.1:{admin_port}, token: evict}}
 log: {{access: off}}
@@ -245,11 +248,12 @@ routes:
 """
 
 
-async def test_a_flood_through_the_gateway_does_not_lift_a_zone_ban(gateway_factory, upstream):
+@pytest.mark.parametrize("workers", [1, 2])  # 2: the master's store, through the shared store
+async def test_a_flood_through_the_gateway_does_not_lift_a_zone_ban(gateway_factory, upstream, workers):
     from tests.helpers import free_port
 
     admin_port = free_port()
-    gw = gateway_factory(lambda port: ban_config(port, upstream.address, admin_port))
+    gw = gateway_factory(lambda port: ban_config(port, upstream.address, admin_port, workers))
     url = gw.url + "/echo"
     async with aiohttp.ClientSession() as session:
 
