@@ -34,6 +34,7 @@ Everything here is synchronous; inside one event loop a decision is atomic.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -81,6 +82,7 @@ class _LruZone:
         self.held: OrderedDict[bytes, Any] = OrderedDict()
         self.used = 0
         self.refused = 0  # new keys refused because the zone was full of held keys
+        self._removals = 0
         self._told = 0.0  # when the error log last said so
         self.reconfigure(spec)
 
@@ -116,6 +118,20 @@ class _LruZone:
         if self.nodes.pop(key, None) is None:
             del self.held[key]
         self.used -= self.key_cost(key)
+        self._removed()
+
+    def _removed(self) -> None:
+        """A key left one of the dicts. A dict keeps the table of its largest size, so when keys
+        move from one class to the other both tables could be sized for the whole zone: now and
+        then, one that is mostly empty is copied into a table of its size (amortised O(1)), so
+        ``ENTRY_COST`` per key stays a bound."""
+        self._removals += 1
+        if self._removals & 255:
+            return
+        if sys.getsizeof(self.nodes) > 256 * len(self.nodes) + 16384:
+            self.nodes = OrderedDict(self.nodes)
+        if sys.getsizeof(self.held) > 256 * len(self.held) + 16384:
+            self.held = OrderedDict(self.held)
 
     def _drop_lru(self) -> None:
         self._drop(next(iter(self.nodes if self.nodes else self.held)))
@@ -123,20 +139,19 @@ class _LruZone:
     def make_room(self, cost: int, now: int) -> bool:
         """Evict free keys, least recently used first, then drop lapsed held ones, until ``cost``
         more bytes fit; False (and nothing held dropped that still counts) when they cannot."""
-        nodes = self.nodes
-        while self.used + cost > self.size and nodes:
-            self._drop(next(iter(nodes)))
+        # (self.nodes and self.held are looked up each time: a drop may copy them, _removed)
+        while self.used + cost > self.size and self.nodes:
+            self._drop(next(iter(self.nodes)))
         if self.used + cost <= self.size:
             return True
-        held = self.held
-        for _ in range(min(HELD_SCAN, len(held))):
-            key, state = next(iter(held.items()))
+        for _ in range(min(HELD_SCAN, len(self.held))):
+            key, state = next(iter(self.held.items()))
             if self.lapsed(state, now):
                 self._drop(key)
                 if self.used + cost <= self.size:
                     return True
             else:
-                held.move_to_end(key)  # the next new key looks at the next ones
+                self.held.move_to_end(key)  # the next new key looks at the next ones
         self.refused += 1
         return False
 
@@ -177,6 +192,7 @@ class ReqZone(_LruZone):
             if state & _REQ_HELD_MASK or state >> _REQ_BAN_SHIFT:
                 del nodes[key]
                 self.held[key] = state
+                self._removed()
             else:
                 nodes[key] = state
         elif key in self.held:
@@ -192,6 +208,7 @@ class ReqZone(_LruZone):
         state = self.nodes.pop(key, None)
         if state is not None:
             self.held[key] = state
+            self._removed()
 
     def delete(self, key: bytes) -> None:
         if key in self.nodes or key in self.held:
@@ -257,16 +274,15 @@ class CountZone(_LruZone):
         return False
 
     def store(self, key: bytes, state: Any, now: int) -> None:
-        held = self.held
-        if key in held:
-            held[key] = state
+        if key in self.held:
+            self.held[key] = state
             return
         if self.nodes.pop(key, None) is not None:
             self.used -= self.key_cost(key)
         for _ in range(2):  # like nginx, look at the oldest twice: drop ended state
-            if not held:
+            if not self.held:
                 break
-            old_key, old_state = next(iter(held.items()))
+            old_key, old_state = next(iter(self.held.items()))
             if not self.lapsed(old_state, now):
                 break
             self._drop(old_key)
@@ -275,7 +291,7 @@ class CountZone(_LruZone):
             # Only when one route uses this zone twice and the first key took the last room:
             # that request goes uncounted here rather than evicting someone's window.
             return
-        held[key] = state
+        self.held[key] = state
         self.used += cost
 
 

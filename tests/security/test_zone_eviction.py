@@ -286,3 +286,27 @@ async def test_a_flood_through_the_gateway_does_not_lift_a_zone_ban(gateway_fact
             zone = (await resp.json())["zones"]["login"]
         assert zone["bytes"] <= zone["size"]
     assert "could not allocate node" not in gw.stderr()
+
+
+def test_keys_moving_from_free_to_held_keep_the_zone_within_its_size():
+    """Both classes' tables could each be sized for the whole zone; the zone copies a mostly
+    empty one, so what Python holds stays within ``size``."""
+    import tracemalloc
+
+    from gateway.config.units import parse_rate
+    from gateway.config.zones import ZoneSpec
+    from gateway.http.keys import parse_key
+    from gateway.store.memory import ReqZone
+
+    size = 1 << 20
+    spec = ZoneSpec(name="z", type="req", key=parse_key("$binary_remote_addr"), size=size, rate=parse_rate("1r/s"))
+    tracemalloc.start()
+    zone = ReqZone(spec)
+    for i in range(6_000):  # fills the zone with free keys
+        zone.insert(i.to_bytes(4, "big"), nginx_req.pack(0, i), i)
+    for key in list(zone.nodes):  # every one of them goes over its limit
+        zone.hold(key)
+    current, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(zone.held) == size // (ENTRY_COST + 4) and not zone.nodes
+    assert current <= size, current
