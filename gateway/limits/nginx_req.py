@@ -45,6 +45,8 @@ _EXCESS_BITS = 42
 _LAST_BITS = 46
 _EXCESS_MASK = (1 << _EXCESS_BITS) - 1
 _LAST_MASK = (1 << _LAST_BITS) - 1
+EXCESS_MASK = _EXCESS_MASK  # a state's excess bits: non-zero while the bucket holds excess
+BAN_SHIFT = _EXCESS_BITS + _LAST_BITS  # a state's ban_until starts here: non-zero while banned
 
 
 def pack(excess: int, last: int, ban_until: int = 0) -> int:

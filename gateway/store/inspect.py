@@ -48,7 +48,7 @@ class MemoryZoneState:
     async def show(self, zone: str, text: str) -> dict[str, Any] | None:
         table = self._zone(zone)
         key = store_key(table.spec, text)
-        state = table.counts.get(key) if isinstance(table, ConnZone) else table.nodes.get(key)  # no LRU touch
+        state = table.counts.get(key) if isinstance(table, ConnZone) else table.lookup(key)  # no LRU touch
         if state is None:
             return None
         view = {"zone": zone, "type": table.spec.type, "key": text}
@@ -64,7 +64,7 @@ class MemoryZoneState:
             del table.counts[key]  # the requests holding it release nothing (ConnZone.release)
             table.used -= ENTRY_COST + len(key)
             return True
-        if key not in table.nodes:
+        if key not in table:
             return False
         table._drop(key)
         return True

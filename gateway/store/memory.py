@@ -1,30 +1,41 @@
 """The embedded store: limit state in this process, bounded by each zone's ``size``.
 
-Zones hold one packed int per key in an LRU-ordered dict, and count their
-memory as ``ENTRY_COST + len(key)`` bytes per key (``ENTRY_COST`` is measured by
-``scripts/bench_memory.py``). Inserting a key follows nginx's zone rules
-(``ngx_http_limit_req_expire``), with one deliberate difference:
+Zones hold one state per key and count their memory as ``ENTRY_COST + len(key)``
+bytes per key (``ENTRY_COST`` is measured by ``scripts/bench_memory.py``), in two
+classes, so that a client cannot get its own state evicted by flooding other keys:
 
-* first look at the least recently used key up to twice, and drop it if it has
-  been idle 60 s and is fully drained;
-* if the zone is still full, drop the LRU key by force (plus up to two more
-  idle, drained ones), as nginx does;
-* unlike nginx, if that still leaves no room (the new key is longer than the
-  ones dropped), keep dropping LRU keys by force until it fits. nginx would fail
-  the request ("could not allocate node"), which lets a flood of long keys turn
-  a full zone into 503s for every new client. Only a key that could not fit in
-  an empty zone is an ERROR, and key extractors keep keys under ``max_key``
-  (``gateway/http/keys.py``), far below the smallest zone.
+* **free** keys are not limited: a limit_req key with an empty bucket whose next
+  request would pass (a one-shot client under a burst; losing it wins its client at
+  most the one request nginx charges a new key nothing for). They are kept least
+  recently used first and evicted like nginx's zones (``ngx_http_limit_req_expire``):
+  up to two idle, drained ones (60 s), then by force until the new key fits;
+* **held** keys are limited or banned: a limit_req key with excess, at its limit
+  (refused, or its next request would be) or banned; a count window; the state of
+  a ``limits:`` type. They are never evicted for a new key, and stay held until
+  their state lapses (a request would fare as a new key's, the window or ban is
+  over): a full zone then drops them, looking at a few per new key, oldest first,
+  and moving on in turn.
 
-Count zones drop expired windows the same way and evict by force until the new
-key fits. Conn zones never evict (they would drop in-flight counts): a full conn
-zone rejects new keys, like nginx.
+When neither class can make room, the new key is refused, as nginx refuses a node
+it cannot allocate: limit_req answers ERROR (503, "could not allocate node" in the
+error log), a count or ``limits:`` zone rejects the request with its status and says
+so in the error log at most once a second. Why refuse rather than evict held keys last: an
+attacker who can make keys cheaply can make them held as cheaply (one request in a
+1-per-hour count zone), so any order that ends in evicting held keys ends in
+evicting the attacker's own. Refusing costs new keys while the zone is full of live
+state; ``size`` bounds that, and the flood that fills it passes no more than it
+would have anyway. A ban lives in its key's held state, so eviction cannot lift it.
+
+Conn zones never evict (they would drop in-flight counts): a full conn zone rejects
+new keys, like nginx.
 
 Everything here is synchronous; inside one event loop a decision is atomic.
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -39,6 +50,7 @@ from gateway.limits.conn import ConnDecision
 from gateway.limits.outcome import AlgoOutcome
 from gateway.limits.params import CountParams
 from gateway.limits.registry import algo_type
+from gateway.logs import error as errorlog
 from gateway.store.base import AlgoUse, LimitSet, Verdict
 
 # Bytes one key costs beyond its own length: OrderedDict slot and list node, the key
@@ -46,41 +58,117 @@ from gateway.store.base import AlgoUse, LimitSet, Verdict
 # (CPython 3.11, 64-bit; scripts/bench_memory.py). The worst case keeps `size` a bound.
 ENTRY_COST = 192
 
+# Held keys a full zone looks at per new key (a bounded step: a zone full of live state
+# costs each refused key this many checks, never a scan).
+HELD_SCAN = 4
+ZONE_FULL_RETRY_MS = 1000  # Retry-After of a new key refused by a full zone (nginx's 503 says nothing)
+
+# A limit_req state is held while it has excess or a ban (nginx_req.pack's layout).
+_REQ_HELD_MASK = nginx_req.EXCESS_MASK
+_REQ_BAN_SHIFT = nginx_req.BAN_SHIFT
+
 
 class _LruZone:
-    """States by key, least recently used first, charged ENTRY_COST + len(key) against ``size``."""
+    """States by key in two classes (module docstring), charged ENTRY_COST + len(key) against ``size``.
+
+    ``nodes``: free keys, least recently used first. ``held``: held keys, in the order a
+    full zone looks at them.
+    """
 
     kind: str
 
     def __init__(self, spec: ZoneSpec) -> None:
         self.nodes: OrderedDict[bytes, Any] = OrderedDict()
+        self.held: OrderedDict[bytes, Any] = OrderedDict()
         self.used = 0
+        self.refused = 0  # new keys refused because the zone was full of held keys
+        self._removals = 0
+        self._told = 0.0  # when the error log last said so
         self.reconfigure(spec)
 
     def reconfigure(self, spec: ZoneSpec) -> None:
         self.spec = spec
         self.size = spec.size
-        while self.used > self.size and self.nodes:
-            self._drop_lru()
+        while self.used > self.size and (self.nodes or self.held):
+            self._drop_lru()  # a smaller zone (a reload): free keys first, then held ones
 
-    def get(self, key: bytes) -> int | None:
+    def get(self, key: bytes) -> Any:
         state = self.nodes.get(key)
         if state is not None:
             self.nodes.move_to_end(key)
-        return state
+            return state
+        return self.held.get(key)
+
+    def lookup(self, key: bytes) -> Any:
+        """The key's state without touching its place (None: no state)."""
+        state = self.nodes.get(key)
+        return self.held.get(key) if state is None else state
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self.nodes or key in self.held
 
     def key_cost(self, key: bytes) -> int:
         return ENTRY_COST + len(key)
 
+    def lapsed(self, state: Any, now: int) -> bool:
+        """Whether a held state is worth nothing any more (dropping it changes no answer that matters)."""
+        raise NotImplementedError
+
     def _drop(self, key: bytes) -> None:
-        del self.nodes[key]
+        if self.nodes.pop(key, None) is None:
+            del self.held[key]
         self.used -= self.key_cost(key)
+        self._removed()
+
+    def _removed(self) -> None:
+        """A key left one of the dicts. A dict keeps the table of its largest size, so when keys
+        move from one class to the other both tables could be sized for the whole zone: now and
+        then, one that is mostly empty is copied into a table of its size (amortised O(1)), so
+        ``ENTRY_COST`` per key stays a bound."""
+        self._removals += 1
+        if self._removals & 255:
+            return
+        if sys.getsizeof(self.nodes) > 256 * len(self.nodes) + 16384:
+            self.nodes = OrderedDict(self.nodes)
+        if sys.getsizeof(self.held) > 256 * len(self.held) + 16384:
+            self.held = OrderedDict(self.held)
 
     def _drop_lru(self) -> None:
-        self._drop(next(iter(self.nodes)))
+        self._drop(next(iter(self.nodes if self.nodes else self.held)))
+
+    def make_room(self, cost: int, now: int) -> bool:
+        """Evict free keys, least recently used first, then drop lapsed held ones, until ``cost``
+        more bytes fit; False (and nothing held dropped that still counts) when they cannot."""
+        # (self.nodes and self.held are looked up each time: a drop may copy them, _removed)
+        while self.used + cost > self.size and self.nodes:
+            self._drop(next(iter(self.nodes)))
+        if self.used + cost <= self.size:
+            return True
+        for _ in range(min(HELD_SCAN, len(self.held))):
+            key, state = next(iter(self.held.items()))
+            if self.lapsed(state, now):
+                self._drop(key)
+                if self.used + cost <= self.size:
+                    return True
+            else:
+                self.held.move_to_end(key)  # the next new key looks at the next ones
+        self.refused += 1
+        return False
+
+    def _tell_refused(self) -> None:
+        """Say in the error log, at most once a second, that the zone refuses new keys."""
+        wall = time.monotonic()
+        if wall - self._told >= 1.0:
+            self._told = wall
+            errorlog.log.error(
+                'zone "%s" is full of limited or banned keys: could not allocate node for a new key '
+                "(%d refused so far); a larger size holds more",
+                self.spec.name,
+                self.refused,
+            )
 
     def __len__(self) -> int:
-        return len(self.nodes)
+        return len(self.nodes) + len(self.held)
 
 
 class ReqZone(_LruZone):
@@ -94,63 +182,116 @@ class ReqZone(_LruZone):
         super().reconfigure(spec)
 
     def peek(self, key: bytes) -> int | None:
-        return self.nodes.get(key)
+        state = self.nodes.get(key)
+        return self.held.get(key) if state is None else state
 
     def put(self, key: bytes, state: int) -> None:
-        self.nodes[key] = state
+        """Store a state; excess or a ban makes the key held (a held key stays held until it lapses)."""
+        nodes = self.nodes
+        if key in nodes:
+            if state & _REQ_HELD_MASK or state >> _REQ_BAN_SHIFT:
+                del nodes[key]
+                self.held[key] = state
+                self._removed()
+            else:
+                nodes[key] = state
+        elif key in self.held:
+            self.held[key] = state
+        else:  # (evicted since this request looked it up: one route, two limits on this zone)
+            self.used += self.key_cost(key)
+            self.held[key] = state
+
+    def hold(self, key: bytes) -> None:
+        """The key is at its limit (its next request would be refused): it is held from now on."""
+        if key in self.held:
+            return
+        state = self.nodes.pop(key, None)
+        if state is not None:
+            self.held[key] = state
+            self._removed()
 
     def delete(self, key: bytes) -> None:
-        if self.nodes.pop(key, None) is not None:
-            self.used -= ENTRY_COST + len(key)
+        if key in self.nodes or key in self.held:
+            self._drop(key)
 
     def insert(self, key: bytes, state: int, now: int) -> bool:
         cost = ENTRY_COST + len(key)
         if cost > self.size:
             return False
-        self._expire(now, forced=False)
-        if self.used + cost > self.size:
-            self._expire(now, forced=True)
-            while self.used + cost > self.size and self.nodes:
-                self._drop_lru()
-        self.nodes[key] = state
+        self._expire(now)
+        if self.used + cost > self.size and not self.make_room(cost, now):
+            return False
         self.used += cost
+        if state & _REQ_HELD_MASK or state >> _REQ_BAN_SHIFT:
+            self.held[key] = state
+        else:
+            self.nodes[key] = state
         return True
 
-    def _expire(self, now: int, *, forced: bool) -> None:
-        n = 0 if forced else 1
-        while n < 3 and self.nodes:
-            key, state = next(iter(self.nodes.items()))
-            if n != 0 and not nginx_req.expirable(state, now, self.rate_m):
+    def _expire(self, now: int) -> None:
+        """nginx's step before each new key: drop up to two idle, drained keys at the LRU end."""
+        for _ in range(2):
+            if not self.nodes:
                 return
-            n += 1
+            key, state = next(iter(self.nodes.items()))
+            if not nginx_req.expirable(state, now, self.rate_m):
+                return
             self._drop(key)
+
+    def lapsed(self, state: int, now: int) -> bool:
+        """Banned: until the ban ends. Otherwise until a request would fare as a new key's does
+        (excess 0 after it): one period after the bucket drained, as nginx charges a new key's
+        first request nothing."""
+        excess, last, ban_until = nginx_req.unpack(state)
+        if ban_until:
+            return ban_until <= now
+        return excess - self.rate_m * abs(now - last) // 1000 + 1000 <= 0
 
 
 class CountZone(_LruZone):
+    """A limit_count zone: every stored window is held until it ends."""
+
     kind = "count"
 
-    def expired(self, state: int, now: int) -> bool:
+    def expired(self, state: Any, now: int) -> bool:
         if self.spec.window_type == "sliding":
             return sliding_count.expired(state, now, self.spec.window_ms)
         return count_logic.expired(state, now)
 
-    def store(self, key: bytes, state: int, now: int) -> None:
-        if key in self.nodes:
-            self.nodes[key] = state
-            return
+    def lapsed(self, state: Any, now: int) -> bool:
+        return self.expired(state, now)
+
+    def room_for(self, key: bytes, now: int) -> bool:
+        """Whether ``key`` has or can get a place (made now, for the ``store`` that follows)."""
+        if key in self.held or key in self.nodes:
+            return True
         cost = self.key_cost(key)
-        if cost > self.size:  # it could not fit even alone (keys are far shorter: max_key)
+        if cost > self.size:
+            return False
+        if self.used + cost <= self.size or self.make_room(cost, now):
+            return True
+        self._tell_refused()  # (limit_req's refusals are logged per request, as nginx's are)
+        return False
+
+    def store(self, key: bytes, state: Any, now: int) -> None:
+        if key in self.held:
+            self.held[key] = state
             return
-        for _ in range(2):  # drop expired windows at the LRU end
-            if not self.nodes:
+        if self.nodes.pop(key, None) is not None:
+            self.used -= self.key_cost(key)
+        for _ in range(2):  # like nginx, look at the oldest twice: drop ended state
+            if not self.held:
                 break
-            old_key, old_state = next(iter(self.nodes.items()))
-            if not self.expired(old_state, now):
+            old_key, old_state = next(iter(self.held.items()))
+            if not self.lapsed(old_state, now):
                 break
             self._drop(old_key)
-        while self.used + cost > self.size and self.nodes:
-            self._drop_lru()
-        self.nodes[key] = state
+        cost = self.key_cost(key)
+        if self.used + cost > self.size and not self.make_room(cost, now):
+            # Only when one route uses this zone twice and the first key took the last room:
+            # that request goes uncounted here rather than evicting someone's window.
+            return
+        self.held[key] = state
         self.used += cost
 
 
@@ -158,7 +299,8 @@ class AlgoZone(CountZone):
     """A zone of the newer algorithms: its type's state per key (``gateway.limits.registry``).
 
     A key is charged its type's ``extra_bytes`` beyond the fixed cost (a sliding_log pays for a
-    full log up front), so ``size`` stays a bound whatever the states hold.
+    full log up front), so ``size`` stays a bound whatever the states hold. Every state is held
+    until its type says it is the same as none (``expired``).
     """
 
     def __init__(self, spec: ZoneSpec) -> None:
@@ -170,8 +312,9 @@ class AlgoZone(CountZone):
         self.algo: AlgoType = algo_type(spec.type)
         self.params = self.algo.params_of(spec)
         extra = self.algo.extra_bytes(self.params)
-        if self.nodes and extra != self.extra:
+        if (self.nodes or self.held) and extra != self.extra:
             self.nodes.clear()  # the charge per key changes: start over rather than miscount
+            self.held.clear()
             self.used = 0
         self.extra = extra
         super().reconfigure(spec)
@@ -354,8 +497,11 @@ class MemoryStore:
         if route.limit_req:
             req = nginx_req.decide(route.limit_req, req_tables, req_keys, now)
             verdict.req = req
-            if req.rc >= nginx_req.BUSY and not dry:
-                return verdict
+            if req.rc >= nginx_req.BUSY:
+                if req.rc == nginx_req.BUSY:
+                    req_tables[req.index].hold(req_keys[req.index])  # limited: not evictable for others
+                if not dry:
+                    return verdict
         steps: list[count_logic.CountStep | None] = []
         if route.limit_count:
             used: list[int | None] = []
@@ -367,7 +513,12 @@ class MemoryStore:
                     used.append(None)
                     reset.append(None)
                     continue
-                step = _count_step(count_tables[i].get(key), now, limit)
+                table = count_tables[i]
+                state = table.get(key)
+                step = _count_step(state, now, limit)
+                if state is None and step.allowed and not table.room_for(key, now):
+                    # the zone is full of live windows: refused, as a new key nginx cannot place
+                    step = count_logic.CountStep(False, limit.limit, ZONE_FULL_RETRY_MS, step.state)
                 steps.append(step)
                 used.append(step.used)
                 reset.append(step.reset_ms)
@@ -397,6 +548,16 @@ class MemoryStore:
                     count_tables[i].store(count_keys[i], maybe.state, now)
         if req is not None and req.rc == nginx_req.OK:
             nginx_req.commit(req, req_tables)
+            # A key whose next request would be refused is limited: held, not evictable by a flood
+            # of other keys (a one-shot key under a burst stays free, and floods evict those).
+            limits = route.limit_req
+            if len(limits) == 1:  # (the usual route: its excess is the decision's)
+                if req.excess + 1000 > limits[0].burst_m:
+                    req_tables[0].hold(req_keys[0])
+            else:
+                for i, excess in enumerate(req.excesses):
+                    if excess is not None and excess + 1000 > limits[i].burst_m:
+                        req_tables[i].hold(req_keys[i])
         if route.limit_conn:
             waits = (req is not None and req.delay_ms > 0) or (
                 bool(verdict.algo) and any(a is not None and a.delay_ms for a in verdict.algo)
@@ -417,7 +578,13 @@ class MemoryStore:
                 states.append(None)
                 outcomes.append(None)
                 continue
-            outcome, state = limit.algo.decide(limit.params, tables[i].get(key), now, cost)
+            table = tables[i]
+            old = table.get(key)
+            outcome, state = limit.algo.decide(limit.params, old, now, cost)
+            if old is None and state is not None and not table.room_for(key, now):
+                # the zone is full of held keys: refused, as a new key nginx cannot place
+                outcome = AlgoOutcome(False, outcome.limit, 0, ZONE_FULL_RETRY_MS // 1000, outcome.reset_s)
+                state = None
             outcomes.append(outcome)
             states.append(state)
             if not outcome.allowed and verdict.algo_rejected < 0:

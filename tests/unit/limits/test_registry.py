@@ -114,7 +114,7 @@ def test_a_new_type_needs_no_engine_change(with_quota: None):
     answers = [store.decide(route, [], [], [], [(b"k", 1)]).algo[0] for _ in range(3)]
     assert [(a.allowed, a.remaining) for a in answers if a is not None] == [(True, 1), (True, 0), (False, 0)]
     table = store.zones["q"]
-    assert describe(table, table.nodes[b"k"], 1_000) == {"used": 2, "remaining": 0}
+    assert describe(table, table.lookup(b"k"), 1_000) == {"used": 2, "remaining": 0}
     assert store.status()["zones"]["q"]["type"] == "quota"
     assert _limits(describe_route(route)) == route  # the shared store's wire
     assert algo_params(route.limit_algo[0]) == [99, 2, 0, 0]  # request.lua's arguments

@@ -32,7 +32,7 @@ def test_recently_used_or_undrained_keys_are_not_expired():
     zone = req_zone(1 << 20)
     zone.insert(b"busy", nginx_req.pack(500_000, 0), 0)  # 500 requests queued at 1r/s
     zone.insert(b"x", nginx_req.pack(0, 70_000), 70_000)
-    assert b"busy" in zone.nodes
+    assert b"busy" in zone.held  # limited: held, never evicted for a new key
     zone.insert(b"recent", nginx_req.pack(0, 70_000), 70_000)
     zone.get(b"busy")  # a lookup moves it to the MRU end
     assert next(iter(zone.nodes)) == b"x"
@@ -40,8 +40,8 @@ def test_recently_used_or_undrained_keys_are_not_expired():
 
 def test_full_zone_evicts_the_lru_key_by_force():
     zone = req_zone(3 * (ENTRY_COST + 4))
-    for i, key in enumerate((b"aaaa", b"bbbb", b"cccc")):
-        assert zone.insert(key, nginx_req.pack(1000, i), i)
+    for i, key in enumerate((b"aaaa", b"bbbb", b"cccc")):  # drained but recent: free, not expirable
+        assert zone.insert(key, nginx_req.pack(0, i), i)
     assert zone.insert(b"dddd", nginx_req.pack(0, 10), 10)
     assert list(zone.nodes) == [b"bbbb", b"cccc", b"dddd"]
     assert zone.used <= zone.size
@@ -58,8 +58,8 @@ def test_a_long_key_evicts_as_many_lru_keys_as_it_needs():
     """nginx drops one node by force and then fails; this zone keeps dropping until the key fits."""
     zone = req_zone(10 * (ENTRY_COST + 4))
     keys = [i.to_bytes(4, "big") for i in range(10)]
-    for i, key in enumerate(keys):  # busy, recent keys: none is expirable
-        assert zone.insert(key, nginx_req.pack(5000, 1000 + i), 1000 + i)
+    for i, key in enumerate(keys):  # drained but recent keys: free, and none is expirable
+        assert zone.insert(key, nginx_req.pack(0, 1000 + i), 1000 + i)
     assert zone.used == zone.size
     long_key = b"L" * 1000
     assert zone.insert(long_key, nginx_req.pack(0, 1100), 1100)
@@ -75,7 +75,7 @@ def test_a_flood_of_unique_keys_of_mixed_length_never_fails_an_insert():
     failed = 0
     for i in range(20_000):
         key = i.to_bytes(4, "big") * (rng.randint(900, 1100) // 4)
-        failed += not zone.insert(key, nginx_req.pack(1000, i), i)
+        failed += not zone.insert(key, nginx_req.pack(0, i), i)  # a new key's state: free
     assert failed == 0
     assert zone.used <= size
     assert len(zone) >= size // (ENTRY_COST + 1100)
@@ -96,30 +96,34 @@ def test_flood_of_distinct_keys_stays_within_the_zone_size():
     assert current <= size, current
 
 
-def test_count_zone_drops_ended_windows_and_evicts_when_full():
+def test_count_zone_drops_ended_windows_and_refuses_when_full():
     from gateway.limits import count
 
     zone = CountZone(ZoneSpec(name="q", type="count", key=KEY, size=2 * (ENTRY_COST + 1), limit=5, window_ms=1000))
     zone.store(b"a", count.pack(1, 1000), 0)
     zone.store(b"b", count.pack(1, 1000), 0)
     zone.store(b"c", count.pack(1, 3000), 2000)  # a and b ended: dropped, not forced
-    assert list(zone.nodes) == [b"c"]
+    assert list(zone.held) == [b"c"]
     zone.store(b"d", count.pack(1, 3000), 2000)
-    zone.store(b"e", count.pack(1, 3000), 2000)  # full: c is evicted by force
-    assert list(zone.nodes) == [b"d", b"e"]
+    assert not zone.room_for(b"e", 2000)  # full of live windows: no window is reset for a new key
+    zone.store(b"e", count.pack(1, 3000), 2000)
+    assert list(zone.held) == [b"c", b"d"]
 
 
-def test_count_zone_evicts_as_many_keys_as_a_long_key_needs():
+def test_count_zone_full_of_live_windows_refuses_a_long_key():
     from gateway.limits import count
 
     zone = CountZone(ZoneSpec(name="q", type="count", key=KEY, size=6 * (ENTRY_COST + 1), limit=5, window_ms=1000))
     for key in (b"a", b"b", b"c", b"d", b"e", b"f"):
         zone.store(key, count.pack(1, 1000), 0)
     zone.store(b"L" * 500, count.pack(1, 1000), 0)
-    assert list(zone.nodes) == [b"e", b"f", b"L" * 500]
+    assert sorted(zone.held) == [b"a", b"b", b"c", b"d", b"e", b"f"]  # no live window is evicted for it
     assert zone.used <= zone.size
+    zone.store(b"L" * 500, count.pack(1, 2000), 1000)  # once the windows end, they make room
+    assert len(zone.held) == 3 and b"L" * 500 in zone.held
+    kept = list(zone.held)
     zone.store(b"H" * 2000, count.pack(1, 1000), 0)  # cannot fit even alone: nothing is dropped for it
-    assert list(zone.nodes) == [b"e", b"f", b"L" * 500]
+    assert list(zone.held) == kept
 
 
 def test_a_reload_keeps_zone_state_only_while_keys_mean_the_same():
