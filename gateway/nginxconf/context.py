@@ -19,13 +19,15 @@ from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Result
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.upstreams import Upstreams
-from gateway.nginxconf.values import INHERITED, check_setting
+from gateway.nginxconf.values import INHERITED, check_setting, same_as_nginx, unsupported
 
 HTTP_ONLY = ("limit_req_zone", "limit_conn_zone", "upstream", "log_format")
 
 
 class Context:
-    def __init__(self) -> None:
+    def __init__(self, allow_open: bool = False) -> None:
+        self.allow_open = allow_open  # an untranslated guard leaves its route open instead of refusing
+        self.http_refusals: list[str] = []  # http-level guards not translated: every server refuses
         self.result = Result()
         self.limits = Limits(self.result)
         self.upstreams = Upstreams(self.result)
@@ -34,6 +36,13 @@ class Context:
 
     def skip(self, d: Directive, reason: str) -> None:
         self.result.skip(d, reason)
+
+    def unsupported(self, d: Directive) -> None:
+        """A directive no family translates: "same as nginx here", or skipped with a reason."""
+        if same_as_nginx(d):
+            self.result.same_here(d)
+        else:
+            self.skip(d, unsupported(d))
 
     def setting(self, d: Directive, scope: Scope) -> bool:
         """True if ``d`` is a setting that locations inherit (kept in ``scope``, or skipped if invalid)."""
@@ -81,6 +90,7 @@ class Context:
     def finish(self) -> Result:
         """The top-level keys the families collected, added to the document."""
         doc = self.result.doc
+        self.access.finish_real_ip([s.where for s in self.result.servers])
         if self.access.real_ip:
             doc["real_ip"] = self.access.real_ip
         if self.logs.log:
