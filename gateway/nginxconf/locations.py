@@ -22,6 +22,7 @@ from gateway.nginxconf.result import Doc, Route, Server
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.values import ROUTE_DURATIONS, ROUTE_ON_OFF, ROUTE_SIZES, location_text
 
+NON_HTTP_CONTENT = ("fastcgi_pass", "uwsgi_pass", "scgi_pass", "grpc_pass", "memcached_pass")
 TRY_FILES_NOTE = (
     "try_files ... @name: the gateway has no files to try, so every request goes to the named location's upstream"
 )
@@ -137,6 +138,9 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
                 refusals += named_body.refusals
                 body, scope = named_body, named_scope
     if body.proxy is None:
+        blocks = [d.block or [], *(t.block or [] for t in [_peek_named(body.try_files, site)] if t is not None)]
+        if any(x.name in NON_HTTP_CONTENT for block in blocks for x in block):
+            ctx.result.non_http = True
         ctx.skip(
             d, "no proxy_pass here: nginx serves it itself (root, static files, FastCGI); the gateway only proxies"
         )
@@ -177,6 +181,11 @@ def _named_target(ctx: Context, d: Directive, site: Site) -> Directive | None:
         return None
     site.used.add(last)
     return target
+
+
+def _peek_named(d: Directive | None, site: Site) -> Directive | None:
+    last = d.args[-1] if d is not None and d.args else ""
+    return site.named.get(last) if last.startswith("@") else None
 
 
 def _limits_once(named: Scope, first: Scope) -> None:

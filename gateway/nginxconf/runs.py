@@ -8,11 +8,11 @@ certificate at the top level that cannot be read is left out. When no server is 
 
 from __future__ import annotations
 
+from gateway.nginxconf.locations import NON_HTTP_CONTENT
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Result, Server
 
 CERT_KEYS = ("ssl_certificate", "ssl_certificate_key")
-NON_HTTP_CONTENT = ("fastcgi_pass", "uwsgi_pass", "scgi_pass", "grpc_pass", "memcached_pass")
 
 
 def finish(result: Result, directives: list[Directive]) -> None:
@@ -27,8 +27,13 @@ def finish(result: Result, directives: list[Directive]) -> None:
             continue
         kept.append(srv)
     result.servers = kept
+    proxied = any("upstream" in r.data for srv in kept for r in srv.routes)
     if not kept:
         result.fatal = _why_nothing(directives)
+    elif not proxied and result.non_http:
+        result.fatal = (
+            "nothing is proxied: this configuration serves files or FastCGI/uwsgi only (the gateway proxies HTTP)"
+        )
 
 
 def _unreadable(path: str) -> str:
