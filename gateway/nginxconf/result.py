@@ -51,6 +51,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     same: dict[str, list[str]] = field(default_factory=dict)  # directive text -> where it is
     refused: list[str] = field(default_factory=list)  # routes that refuse every request, and why
+    listen_no_ops: set[str] = field(default_factory=set)  # listen parameters accepted with nothing to do
     non_http: bool = False  # a location was skipped for serving by FastCGI, uwsgi...
     fatal: str = ""  # why there is no configuration to write (the import exits 1)
     listed: set[tuple[str, str]] = field(default_factory=set)  # (where, text) already skipped

@@ -16,6 +16,11 @@ CERT_KEYS = ("ssl_certificate", "ssl_certificate_key")
 
 
 def finish(result: Result, directives: list[Directive]) -> None:
+    if result.listen_no_ops:
+        result.note(
+            f"listen {' '.join(sorted(result.listen_no_ops))}: socket tuning accepted as is "
+            "(the gateway sets SO_REUSEPORT and its own backlog)"
+        )
     _top_level_certificate(result)
     kept: list[Server] = []
     for srv in result.servers:

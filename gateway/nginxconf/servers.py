@@ -142,12 +142,7 @@ def listen(ctx: Context, d: Directive, srv: Server) -> None:
         srv.default = True
     if "http2" in names:
         ctx.result.note(HTTP2_NOTE)
-    extra = [p for p, n in zip(params, names, strict=True) if n in LISTEN_NO_OPS and n != "http2"]
-    if extra:
-        ctx.result.note(
-            f"listen {' '.join(sorted(set(n for n in names if n in LISTEN_NO_OPS and n != 'http2')))}: socket tuning "
-            "accepted as is (the gateway sets SO_REUSEPORT and its own backlog)"
-        )
+    ctx.result.listen_no_ops.update(n for n in names if n in LISTEN_NO_OPS and n != "http2")
 
 
 def server_names(ctx: Context, d: Directive) -> list[str]:
