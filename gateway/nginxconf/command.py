@@ -12,18 +12,19 @@ import sys
 
 from gateway.errors import ConfigErrors
 from gateway.nginxconf.emit import render
-from gateway.nginxconf.parser import ParseError, parse_config
+from gateway.nginxconf.parser import ParseError, parse_config_noting
 from gateway.nginxconf.translate import translate
 from gateway.plan.load import load_config_text
 
 
 def run_import(path: str, output: str | None, allow_open: bool = False) -> int:
     try:
-        directives = parse_config(path)
+        directives, found = parse_config_noting(path)
     except ParseError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     result = translate(directives, allow_open=allow_open)
+    result.notes[:0] = found
     for skipped in result.skipped:
         print(f"gateway: skipped: {skipped.line()}", file=sys.stderr)
     for note in result.notes:

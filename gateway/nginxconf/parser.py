@@ -16,8 +16,9 @@ Follows ``ngx_conf_read_token`` (nginx 1.22), state for state:
 
 ``include`` is followed here, with globs, relative to the main file's directory (or the
 nearest directory above it that has the file: nginx reads includes from its configuration
-directory, and the file imported may be a site under it; ``/etc/nginx/...`` is looked for
-there too). A missing file nginx ships (``mime.types``, ``fastcgi_params``...) counts as empty.
+directory, and the file imported may be a site under it; an absolute path not on this machine
+is looked for by its last components there too). A missing file nginx ships (``mime.types``,
+``fastcgi_params``...) counts as empty.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ MAX_FILES = 10_000  # included files in all: a glob including itself fans out
 MAX_BLOCK_DEPTH = 64  # nested blocks (nginx configs nest a handful)
 MAX_FILE_BYTES = 16 * 1024 * 1024
 CONF_BUFFER = 4096  # NGX_CONF_BUFFER
-CONF_PREFIX = "/etc/nginx/"
 MAX_CONF_DIR_UP = 4  # how far above the main file a relative include is looked for
 # files that come with nginx, holding only types and *_param lines: an import without them loses nothing
 NGINX_SHIPPED = ("mime.types", "fastcgi_params", "fastcgi.conf", "uwsgi_params", "scgi_params", "koi-utf",
@@ -220,6 +220,7 @@ def _directive(words: list[_Token], file: str) -> Directive:
 @dataclass(slots=True)
 class _Builder:
     base_dir: str
+    notes: list[str] = field(default_factory=list)  # includes found elsewhere than nginx would read them
     depth: int = 0
     files: int = 0
     blocks: int = 0
@@ -298,28 +299,38 @@ class _Builder:
 
     def _find(self, pattern: str) -> str:
         """Where ``pattern`` is: nginx reads a relative include from its configuration directory,
-        which for a file imported from sites-available/ or conf.d/ is a directory above it; an
-        absolute /etc/nginx/... path of a configuration copied elsewhere is looked for there too."""
+        which for a file imported from sites-available/ or conf.d/ is a directory above it. An
+        absolute path that is not on this machine (a configuration copied from its host) is looked
+        for by its last components beside the main file or above it; what was found is noted."""
         if os.path.isabs(pattern):
-            if os.path.exists(pattern) or glob.has_magic(pattern) or not pattern.startswith(CONF_PREFIX):
+            if os.path.exists(pattern) or glob.has_magic(pattern):
                 return pattern
-            relative = pattern.removeprefix(CONF_PREFIX)
+            parts = pattern.strip("/").split("/")
+            tails = ["/".join(parts[i:]) for i in range(len(parts))]
         else:
-            relative = pattern
-        first = os.path.join(self.base_dir, relative)
-        directory = self.base_dir
-        for _ in range(MAX_CONF_DIR_UP):
-            candidate = os.path.join(directory, relative)
-            if glob.glob(candidate) if glob.has_magic(candidate) else os.path.exists(candidate):
-                return candidate
-            directory = os.path.dirname(directory)
-        return pattern if os.path.isabs(pattern) else first
+            tails = [pattern]
+        for tail in tails:
+            directory = self.base_dir
+            for _ in range(MAX_CONF_DIR_UP):
+                candidate = os.path.join(directory, tail)
+                if glob.glob(candidate) if glob.has_magic(candidate) else os.path.exists(candidate):
+                    if candidate != os.path.join(self.base_dir, pattern):
+                        self.notes.append(f"include {pattern}: read {os.path.relpath(candidate, self.base_dir)}")
+                    return candidate
+                directory = os.path.dirname(directory)
+        return pattern if os.path.isabs(pattern) else os.path.join(self.base_dir, pattern)
 
 
 def parse_config(path: str) -> list[Directive]:
     """The main file's directives, includes already spliced in; raises ``ParseError``."""
-    base_dir = os.path.dirname(os.path.abspath(path))
-    return _Builder(base_dir).parse_file(path, path)
+    return parse_config_noting(path)[0]
+
+
+def parse_config_noting(path: str) -> tuple[list[Directive], list[str]]:
+    """``parse_config``, and where includes not found as nginx would read them were found."""
+    builder = _Builder(os.path.dirname(os.path.abspath(path)))
+    directives = builder.parse_file(path, path)
+    return directives, builder.notes
 
 
 def parse_text(text: str, file: str = "nginx.conf", base_dir: str = ".") -> list[Directive]:

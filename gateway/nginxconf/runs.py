@@ -23,6 +23,7 @@ def finish(result: Result, directives: list[Directive]) -> None:
         )
     _top_level_certificate(result)
     kept: list[Server] = []
+    before = len(result.skipped)
     for srv in result.servers:
         if not srv.routes:
             result.skipped_server(srv, "nothing is proxied in this server (no location with proxy_pass or return)")
@@ -34,11 +35,9 @@ def finish(result: Result, directives: list[Directive]) -> None:
     result.servers = kept
     proxied = any("upstream" in r.data for srv in kept for r in srv.routes)
     if not kept:
-        result.fatal = _why_nothing(directives)
+        result.fatal = _why_nothing(directives, [s.reason for s in result.skipped[before:]])
     elif not proxied and result.non_http:
-        result.fatal = (
-            "nothing is proxied: this configuration serves files or FastCGI/uwsgi only (the gateway proxies HTTP)"
-        )
+        result.fatal = "nothing is proxied: this configuration serves files or FastCGI/uwsgi only"
 
 
 def _unreadable(path: str) -> str:
@@ -88,7 +87,7 @@ def _tls(result: Result, srv: Server) -> None:
     )
 
 
-def _why_nothing(directives: list[Directive]) -> str:
+def _why_nothing(directives: list[Directive], left_out: list[str]) -> str:
     names: set[str] = set()
 
     def walk(block: list[Directive]) -> None:
@@ -104,4 +103,7 @@ def _why_nothing(directives: list[Directive]) -> str:
         return "nothing is proxied: this configuration serves files or FastCGI/uwsgi only"
     if "proxy_pass" not in names and "return" not in names:
         return "nothing is proxied: this configuration serves files only"
-    return "nothing is left to serve: every server was left out (see the lines skipped above)"
+    if not left_out:
+        return "nothing is left to serve: no server could be translated (see the lines skipped above)"
+    more = f" (and {len(left_out) - 1} more servers left out)" if len(left_out) > 1 else ""
+    return f"nothing is left to serve: {left_out[0]}{more}"
