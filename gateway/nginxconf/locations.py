@@ -121,9 +121,9 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
             ctx.skip(body.proxy, "proxy_pass after return is never reached in nginx")
         value = headers.return_target(ctx.result, body.ret, site.server)
         if value is None:
-            return _refuse(ctx, route, [f"its return ({body.ret.where}) was not translated"], backend=False)
+            return _refuse(route, [f"its return ({body.ret.where}) was not translated"], backend=False)
         if refusals and not ctx.allow_open:
-            return _refuse(ctx, route, refusals)
+            return _refuse(route, refusals)
         route.data["return"] = value
         headers.route_headers(ctx.result, route, scope)
         return route
@@ -147,9 +147,9 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
         return None
     uri = ctx.upstreams.proxy_pass(body.proxy, route, regex=regex)
     if "upstream" not in route.data:
-        return _refuse(ctx, route, [f"its proxy_pass ({body.proxy.where}) was not translated"], backend=False)
+        return _refuse(route, [f"its proxy_pass ({body.proxy.where}) was not translated"], backend=False)
     if refusals and not ctx.allow_open:
-        return _refuse(ctx, route, refusals)
+        return _refuse(route, refusals)
     _settings(route, scope)
     ctx.limits.for_route(route, scope)
     ctx.upstreams.for_route(route.data["upstream"], scope)
@@ -159,15 +159,12 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
     return route
 
 
-def _refuse(ctx: Context, route: Route, reasons: list[str], backend: bool = True) -> Route:
+def _refuse(route: Route, reasons: list[str], backend: bool = True) -> Route:
     """The route answers 403 (a guard not translated) or 503 (its answer not translated) to every request."""
     route.data.pop("upstream", None)
     code = 403 if backend else 503
     route.data["return"] = {"code": code}
-    where = route.data["location"]
-    for reason in reasons:
-        route.comments.append(f"refuses every request ({code}): {reason}")
-        ctx.result.refused.append(f"location {where}: answers {code} to every request: {reason}")
+    route.comments += [f"refuses every request ({code}): {reason}" for reason in reasons]
     return route
 
 

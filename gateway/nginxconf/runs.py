@@ -33,6 +33,7 @@ def finish(result: Result, directives: list[Directive]) -> None:
             continue
         kept.append(srv)
     result.servers = kept
+    result.refused = [f"location {r.data['location']}: {c}" for srv in kept for r in srv.routes for c in r.comments]
     proxied = any("upstream" in r.data for srv in kept for r in srv.routes)
     if not kept:
         result.fatal = _why_nothing(directives, [s.reason for s in result.skipped[before:]])

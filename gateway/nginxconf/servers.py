@@ -86,9 +86,6 @@ def _server_return(ctx: Context, ret: Directive, block: list[Directive], site: S
     if value is None:
         route.data["return"] = {"code": 503}
         route.comments.append(f"refuses every request (503): the server's return ({ret.where}) was not translated")
-        ctx.result.refused.append(
-            f"server {site.server.where}: answers 503 to every request: its return was not translated"
-        )
     else:
         route.data["return"] = value
     site.server.routes.append(route)
