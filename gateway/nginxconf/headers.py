@@ -32,6 +32,8 @@ def return_target(result: Result, ret: Directive, server: Server | None = None) 
     if value is None:
         result.skip(ret, "return: expected a code 200..599 (and text) or a URL")
         return None
+    if value["code"] == 444:
+        result.note("return 444: the gateway answers a 444 response; nginx closes the connection without one")
     first = server.names[0] if server is not None and server.names else ""
     if first and not first.startswith(("~", "*", ".")) and not first.endswith("*"):
         for key in ("url", "text"):

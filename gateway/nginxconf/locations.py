@@ -122,9 +122,7 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
         value = headers.return_target(ctx.result, body.ret, site.server)
         if value is None:
             return _refuse(route, [f"its return ({body.ret.where}) was not translated"], backend=False)
-        if refusals and not ctx.allow_open:
-            return _refuse(route, refusals)
-        route.data["return"] = value
+        route.data["return"] = value  # a guard not translated lets nothing through to a backend here
         headers.route_headers(ctx.result, route, scope)
         return route
     if body.proxy is None and body.try_files is not None:

@@ -314,7 +314,7 @@ class _Builder:
             for _ in range(MAX_CONF_DIR_UP):
                 candidate = os.path.join(directory, tail)
                 if glob.glob(candidate) if glob.has_magic(candidate) else os.path.exists(candidate):
-                    if candidate != os.path.join(self.base_dir, pattern):
+                    if os.path.isabs(pattern):
                         self.notes.append(f"include {pattern}: read {os.path.relpath(candidate, self.base_dir)}")
                     return candidate
                 directory = os.path.dirname(directory)
