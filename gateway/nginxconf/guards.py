@@ -5,6 +5,8 @@ what it does in nginx and returned as a *refusal*: the route (or every route of 
 then answers 403 to every request, unless the import runs with ``--allow-open``, where the
 route proxies and the listing says which requests now reach the backend.
 
+``auth_basic`` and ``auth_request`` are guards too: the gateway checks no credentials.
+
 An ``if`` that only answers 1xx/2xx itself (a CORS preflight's ``return 204``), sets
 variables or adds headers is no guard: it is listed as not translated, without refusing.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 from gateway.nginxconf.context import Context
 from gateway.nginxconf.parser import Directive
+from gateway.nginxconf.scope import Scope
+from gateway.nginxconf.values import AUTH
 
 
 def condition(d: Directive) -> str:
@@ -23,7 +27,7 @@ def condition(d: Directive) -> str:
 def _refusal(ctx: Context, d: Directive, requests: str, nginx_does: str) -> list[str]:
     """Lists ``d``; a refusal reason unless ``--allow-open``."""
     if ctx.allow_open:
-        ctx.skip(d, f"not translated (--allow-open): {requests} reach the backend; nginx {nginx_does}")
+        ctx.skip(d, f"not translated (--allow-open): {requests} reach the backend; nginx {nginx_does} them")
         return []
     ctx.skip(
         d,
@@ -76,3 +80,14 @@ def location_rules(ctx: Context, rules: list[Directive]) -> list[str]:
     for r in rules:
         out += _refusal(ctx, r, f"clients that ({listed}) refuses", "answers 403 to")
     return out[:1]
+
+
+def auth(ctx: Context, scope: Scope) -> list[str]:
+    """``auth_basic``/``auth_request`` in force for a route (inherited, not ``off``): the gateway checks no
+    credentials, so the route refuses (or, with ``--allow-open``, lets every client through, listed)."""
+    out: list[str] = []
+    for name in AUTH:
+        d = scope.get(name)
+        if d is not None and d.args != ["off"]:
+            out += _refusal(ctx, d, "clients without credentials", "asks for credentials from")
+    return out

@@ -49,6 +49,7 @@ class Body:
     try_files: Directive | None = None
     refusals: list[str] = field(default_factory=list)
     deny_all: Directive | None = None
+    internal: Directive | None = None
 
 
 def location(ctx: Context, d: Directive, scope: Scope, site: Site, parent: tuple[str, str] | None) -> None:
@@ -101,6 +102,8 @@ def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:
             body.ret = body.ret or x
         elif x.name == "try_files":
             body.try_files = x
+        elif x.name == "internal" and not x.args:
+            body.internal = x
         elif x.name == "if" and x.block is not None:
             body.refusals += guards.if_block(ctx, x)
         elif x.name == "limit_except" and x.block is not None:
@@ -112,9 +115,13 @@ def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:
 
 def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, body: Body, site: Site) -> Route | None:
     route = Route(data={"location": text})
-    refusals = [*site.refusals, *body.refusals]
+    refusals = [*site.refusals, *body.refusals, *guards.auth(ctx, scope)]
     if body.deny_all is not None:
         route.data["return"] = {"code": 403}
+        return route
+    if body.internal is not None:  # only nginx's own redirects reach it; a client gets 404
+        route.data["return"] = {"code": 404}
+        route.comments.append(f"internal ({body.internal.where}): nginx answers 404 to clients here")
         return route
     if body.ret is not None:
         if body.proxy is not None:

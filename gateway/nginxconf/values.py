@@ -30,7 +30,9 @@ UPSTREAM_TIMEOUTS = {
     "proxy_read_timeout": "read_timeout",
     "proxy_send_timeout": "send_timeout",
 }
+AUTH = ("auth_basic", "auth_request")  # guards the gateway has no equivalent of: inherited, checked per route
 INHERITED = (
+    *AUTH,
     *ROUTE_DURATIONS,
     *ROUTE_SIZES,
     *ROUTE_ON_OFF,
@@ -165,6 +167,8 @@ def check_setting(d: Directive) -> str:
     """An inherited directive's arguments, checked so that the output passes ``gateway check``."""
     a = d.args
     name = d.name
+    if name in AUTH:
+        return "" if len(a) == 1 else f"{name}: expected one value"
     if name == "limit_req":
         ok = any(x.startswith("zone=") for x in a) and all(_limit_req_word(x) for x in a)
         return "" if ok else "expected zone=NAME [burst=N] [nodelay | delay=N]"

@@ -307,3 +307,24 @@ def test_real_ip_said_alike_by_every_server_becomes_one(tmp_path: Path, capsys: 
         f"  server {{ listen 8080; server_name b.test; location / {{ {APP} }} }} }}\n",
     )
     assert "real_ip" not in got.doc and "per-server real IP settings that differ" in got.skipped("1")
+
+
+def test_authentication_fails_closed_and_internal_locations_answer_404(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = (
+        'http { server { listen 8080; auth_basic "Restricted"; auth_basic_user_file /etc/htpasswd;\n'
+        f"  location / {{ {APP} }}\n"
+        f"  location /public/ {{ auth_basic off; {APP} }}\n"
+        f"  location /sso/ {{ auth_basic off; auth_request /auth; {APP} }}\n"
+        f"  location /x/ {{ internal; {APP} }} }} }}\n"
+    )
+    got = run(tmp_path, capsys, conf)
+    routes = got.routes()
+    assert routes["/"]["return"] == routes["/sso/"]["return"] == {"code": 403}
+    assert routes["/public/"]["upstream"] == "127.0.0.1_9000"
+    assert routes["/x/"]["return"] == {"code": 404}
+    assert "nginx asks for credentials from clients without credentials" in got.skipped("1")
+    opened = run(tmp_path, capsys, conf, "--allow-open")
+    assert opened.routes()["/"]["upstream"] == "127.0.0.1_9000"
+    assert "clients without credentials reach the backend" in opened.skipped("1")
