@@ -1,8 +1,8 @@
 """Who the client is and whether it may enter: ``set_real_ip_from``/``real_ip_*`` and ``allow``/``deny``.
 
 They become ``real_ip:`` and ``access.deny``, which the gateway applies to every route.
-The real IP settings of several servers become the one ``real_ip:`` when every server
-says the same (one shared include); an ``allow``/``deny`` list becomes ``access.deny`` when
+(The real IP settings of several servers become the one ``real_ip:`` when every server
+says the same: see ``Context.shared_settings``.) An ``allow``/``deny`` list becomes ``access.deny`` when
 it is a list of denies (optionally ending in ``allow all``), which the first match of
 nginx and the gateway's deny read alike.
 """
@@ -12,15 +12,12 @@ from __future__ import annotations
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Doc, Result
 
-REAL_IP = ("set_real_ip_from", "real_ip_header", "real_ip_recursive")
-
 
 class Access:
     def __init__(self, result: Result) -> None:
         self.result = result
         self.real_ip: Doc = {}
         self.deny: list[str] = []
-        self.per_server: dict[str, list[Directive]] = {}  # server's where -> its real IP directives
 
     def real_ip_from(self, d: Directive) -> None:
         if d.args and d.args[0] == "unix:":
@@ -36,29 +33,6 @@ class Access:
 
     def real_ip_recursive(self, d: Directive) -> None:
         self.real_ip["recursive"] = d.args[0] == "on"
-
-    def server_real_ip(self, server: Directive, d: Directive) -> None:
-        """A real IP directive of one server among several: kept until every server is read."""
-        self.per_server.setdefault(server.where, []).append(d)
-
-    def finish_real_ip(self, servers: list[str]) -> None:
-        """One ``real_ip:`` if every server says the same; else each server's directives skipped."""
-        if not self.per_server:
-            return
-        said = {where: [(d.name, tuple(d.args)) for d in ds] for where, ds in self.per_server.items()}
-        first = next(iter(self.per_server.values()))
-        alike = set(said) >= set(servers) and len({tuple(v) for v in said.values()}) == 1
-        if alike and not self.real_ip:
-            for d in first:
-                {"set_real_ip_from": self.real_ip_from, "real_ip_header": self.real_ip_header}.get(
-                    d.name, self.real_ip_recursive
-                )(d)
-            if len(self.per_server) > 1:
-                self.result.note(f"real IP: {len(self.per_server)} servers say the same: one real_ip for all")
-            return
-        for ds in self.per_server.values():
-            for d in ds:
-                self.result.skip(d, "per-server real IP settings that differ: the gateway has one real_ip for all")
 
     def rules(self, rules: list[Directive], global_ok: bool) -> bool:
         """nginx's first-match allow/deny list to access.deny, when the meaning is the same (True)."""

@@ -58,9 +58,7 @@ def server(ctx: Context, d: Directive, block: list[Directive], scope: Scope, sin
             site.refusals += guards.if_block(ctx, x)
         elif x.name == "http2" and x.args == ["on"]:
             result.note(HTTP2_NOTE)
-        elif x.name in ("set_real_ip_from", "real_ip_header", "real_ip_recursive") and not single:
-            ctx.access.server_real_ip(d, x)
-        elif not ctx.directive(x, level="server", single=single):
+        elif not ctx.directive(x, level="server", single=single, server=d.where):
             ctx.unsupported(x)
     if not any(x.name == "listen" for x in block):
         srv.listen.append("0.0.0.0:80")  # nginx's default (as root)
