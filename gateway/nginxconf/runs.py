@@ -83,9 +83,8 @@ def _tls(result: Result, srv: Server) -> None:
     for k in CERT_KEYS:
         srv.tls.pop(k, None)
     what = "its ssl listens left out" if plain else "server left out"
-    result.skipped_server(
-        srv, f"{problem}: {what} ({', '.join(dropped)}); import on the host that has the certificates"
-    )
+    hint = "; import where the certificates can be read" if problem.startswith("cannot read") else ""
+    result.skipped_server(srv, f"{problem}: {what} ({', '.join(dropped)}){hint}")
 
 
 def _why_nothing(directives: list[Directive], left_out: list[str]) -> str:
