@@ -76,4 +76,10 @@ def _http(ctx: Context, block: list[Directive], scope: Scope) -> None:
             ctx.skip(d, 'nginx: "location" is not allowed here (http level)')
     for d in servers:
         assert d.block is not None
-        server(ctx, d, d.block, scope.child(), single=len(servers) == 1)
+        server(ctx, d, d.block, scope.child(), single=len(servers) == 1, shared_rules=_shared_rules(servers))
+
+
+def _shared_rules(servers: list[Directive]) -> bool:
+    """Every server has the same allow/deny list (one shared include): it may become the global one."""
+    lists = {tuple((x.name, tuple(x.args)) for x in d.block or [] if x.name in ("allow", "deny")) for d in servers}
+    return len(lists) == 1 and bool(next(iter(lists)))

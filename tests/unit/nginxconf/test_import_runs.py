@@ -328,3 +328,25 @@ def test_authentication_fails_closed_and_internal_locations_answer_404(
     opened = run(tmp_path, capsys, conf, "--allow-open")
     assert opened.routes()["/"]["upstream"] == "127.0.0.1_9000"
     assert "clients without credentials reach the backend" in opened.skipped("1")
+
+
+def test_a_deny_list_every_server_shares_becomes_access_deny(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = "deny 192.0.2.0/24; deny 198.51.100.7;"
+    got = run(
+        tmp_path,
+        capsys,
+        f"http {{ server {{ listen 8080; server_name a.test; {rules} location / {{ {APP} }} }}\n"
+        f"  server {{ listen 8080; server_name b.test; {rules} location / {{ {APP} }} }} }}\n",
+    )
+    assert got.doc["access"] == {"deny": ["192.0.2.0/24", "198.51.100.7"]} and got.code == 0, got.stderr
+    got = run(
+        tmp_path,
+        capsys,
+        f"http {{ server {{ listen 8080; server_name a.test; {rules} location / {{ {APP} }} }}\n"
+        f"  server {{ listen 8080; server_name b.test; location / {{ {APP} }} }} }}\n",
+    )
+    assert "access" not in got.doc
+    first, second = got.doc["servers"]
+    assert first["routes"] == [{"location": "/", "return": {"code": 403}}] and second["routes"][0]["upstream"]
