@@ -144,11 +144,15 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
                 body, scope = named_body, named_scope
     if body.proxy is None:
         blocks = [d.block or [], *(t.block or [] for t in [_peek_named(body.try_files, site)] if t is not None)]
-        if any(x.name in NON_HTTP_CONTENT for block in blocks for x in block):
+        names = {x.name for block in blocks for x in block}
+        if names & set(NON_HTTP_CONTENT):
             ctx.result.non_http = True
-        ctx.skip(
-            d, "no proxy_pass here: nginx serves it itself (root, static files, FastCGI); the gateway only proxies"
-        )
+            why = "nginx serves it by FastCGI/uwsgi/gRPC; the gateway proxies HTTP only"
+        elif "rewrite" in names:
+            why = "nginx rewrites the URI and serves it from another location; the gateway rewrites no URIs"
+        else:
+            why = "nginx serves it itself (root, static files); the gateway only proxies"
+        ctx.skip(d, f"no proxy_pass here: {why}")
         return None
     uri = ctx.upstreams.proxy_pass(body.proxy, route, regex=regex)
     if "upstream" not in route.data:
