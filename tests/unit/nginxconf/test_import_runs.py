@@ -350,3 +350,33 @@ def test_a_deny_list_every_server_shares_becomes_access_deny(
     assert "access" not in got.doc
     first, second = got.doc["servers"]
     assert first["routes"] == [{"location": "/", "return": {"code": 403}}] and second["routes"][0]["upstream"]
+
+
+def test_server_level_try_files_and_includes_copied_from_their_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "snippets").mkdir()
+    (tmp_path / "snippets" / "app.conf").write_text("location @app { proxy_pass http://127.0.0.1:9000; }\n")
+    got = run(
+        tmp_path,
+        capsys,
+        "http { include /etc/nginx/mime.types;\n"  # nginx's own file, absent here: nothing to translate in it
+        " server { listen 8080; root /srv; try_files $uri @app;\n"
+        "  include /nonexistent-host-dir/snippets/app.conf; } }\n",
+    )
+    assert got.routes()["/"]["upstream"] == "127.0.0.1_9000"
+    assert "include /nonexistent-host-dir/snippets/app.conf: read snippets/app.conf" in got.stderr
+
+
+def test_upstream_addresses_the_gateway_would_refuse_are_not_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run(
+        tmp_path,
+        capsys,
+        "http { upstream app { server app.local:%%PORT%%; server 127.0.0.1:9001; }\n"
+        " server { listen 8080; location / { proxy_pass http://app; } location /t/ { proxy_pass http://x:%%P%%; } } }\n",
+    )
+    assert got.doc["upstreams"]["app"]["servers"] == ["127.0.0.1:9001"]
+    assert got.routes()["/t/"]["return"] == {"code": 503}
+    assert "server app.local:%%PORT%%" in got.skipped("1")
