@@ -22,6 +22,7 @@ from gateway.nginxconf.result import Doc, Route, Server
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.values import ROUTE_DURATIONS, ROUTE_ON_OFF, ROUTE_SIZES, location_text
 
+ACCESS = "allow/deny"  # the scope's array of a location's allow and deny rules, inherited whole
 NON_HTTP_CONTENT = ("fastcgi_pass", "uwsgi_pass", "scgi_pass", "grpc_pass", "memcached_pass")
 TRY_FILES_NOTE = (
     "try_files ... @name: the gateway has no files to try, so every request goes to the named location's upstream"
@@ -48,7 +49,6 @@ class Body:
     ret: Directive | None = None
     try_files: Directive | None = None
     refusals: list[str] = field(default_factory=list)
-    deny_all: Directive | None = None
     internal: Directive | None = None
 
 
@@ -89,10 +89,7 @@ def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:
     body = Body()
     rules = [x for x in block if x.name in ("allow", "deny")]
     if rules:
-        if [r.name for r in rules] == ["deny"] and rules[0].args == ["all"]:
-            body.deny_all = rules[0]
-        else:
-            body.refusals += guards.location_rules(ctx, rules)
+        scope.arrays[ACCESS] = rules  # replaces the parent location's list, as in nginx; else inherited
     for x in block:
         if x.name in ("allow", "deny", "location") or ctx.setting(x, scope):
             continue
@@ -115,8 +112,9 @@ def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:
 
 def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, body: Body, site: Site) -> Route | None:
     route = Route(data={"location": text})
-    refusals = [*site.refusals, *body.refusals, *guards.auth(ctx, scope)]
-    if body.deny_all is not None:
+    deny_all, refusals = _guards(ctx, scope, body)
+    refusals[:0] = site.refusals
+    if deny_all:
         route.data["return"] = {"code": 403}
         return route
     if body.internal is not None:  # only nginx's own redirects reach it; a client gets 404
@@ -140,7 +138,11 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
             _limits_once(named_scope, scope)
             if named_body.proxy is not None:
                 ctx.result.note(TRY_FILES_NOTE)
-                refusals += named_body.refusals
+                named_deny_all, named_refusals = _guards(ctx, named_scope, named_body)
+                if named_deny_all:
+                    route.data["return"] = {"code": 403}
+                    return route
+                refusals += named_refusals
                 body, scope = named_body, named_scope
     if body.proxy is None:
         blocks = [d.block or [], *(t.block or [] for t in [_peek_named(body.try_files, site)] if t is not None)]
@@ -166,6 +168,15 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
         route.data["uri"] = uri
     headers.route_headers(ctx.result, route, scope)
     return route
+
+
+def _guards(ctx: Context, scope: Scope, body: Body) -> tuple[bool, list[str]]:
+    """Whether the allow/deny list in force is ``deny all`` alone; the guards not translated (refusals)."""
+    rules = scope.array(ACCESS)
+    if [(r.name, r.args) for r in rules] == [("deny", ["all"])]:
+        return True, []
+    refusals = guards.location_rules(ctx, rules) if rules else []
+    return False, [*body.refusals, *refusals, *guards.auth(ctx, scope)]
 
 
 def _refuse(route: Route, reasons: list[str], backend: bool = True) -> Route:

@@ -380,3 +380,19 @@ def test_upstream_addresses_the_gateway_would_refuse_are_not_written(
     assert got.doc["upstreams"]["app"]["servers"] == ["127.0.0.1:9001"]
     assert got.routes()["/t/"]["return"] == {"code": 503}
     assert "server app.local:%%PORT%%" in got.skipped("1")
+
+
+def test_nested_locations_inherit_allow_deny_as_nginx(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    got = run(
+        tmp_path,
+        capsys,
+        "http { server { listen 8080;\n"
+        f"  location /admin/ {{ allow 10.0.0.0/8; deny all; {APP}\n"
+        f"    location /admin/inner/ {{ {APP} }}\n"
+        f"    location /admin/open/ {{ allow all; {APP} }} }}\n"
+        f"  location /closed/ {{ deny all; location /closed/x/ {{ {APP} }} }} }} }}\n",
+    )
+    routes = got.routes()
+    assert routes["/admin/inner/"]["return"] == {"code": 403}  # inherits the parent's allowlist: fails closed
+    assert routes["/admin/open/"]["upstream"] == "127.0.0.1_9000"  # its own list replaces the parent's
+    assert routes["/closed/x/"]["return"] == {"code": 403}  # inherits deny all
