@@ -125,6 +125,11 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
         if body.proxy is not None:
             ctx.skip(body.proxy, "proxy_pass after return is never reached in nginx")
         value = headers.return_target(ctx.result, body.ret, site.server)
+        if value is None and ctx.allow_open:
+            ctx.skip(
+                d, f"--allow-open: its return ({body.ret.where}) was not translated; other routes serve these URIs"
+            )
+            return None
         if value is None:
             return _refuse(route, [f"its return ({body.ret.where}) was not translated"], backend=False)
         route.data["return"] = value  # a guard not translated lets nothing through to a backend here

@@ -396,3 +396,16 @@ def test_nested_locations_inherit_allow_deny_as_nginx(tmp_path: Path, capsys: py
     assert routes["/admin/inner/"]["return"] == {"code": 403}  # inherits the parent's allowlist: fails closed
     assert routes["/admin/open/"]["upstream"] == "127.0.0.1_9000"  # its own list replaces the parent's
     assert routes["/closed/x/"]["return"] == {"code": 403}  # inherits deny all
+
+
+def test_a_return_that_cannot_be_translated_refuses_unless_allow_open(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = (
+        f"http {{ server {{ listen 8080; location / {{ {APP} }}\n"
+        "  location ~ ^/old/(.*)$ { return 301 /new/$1; } } }\n"
+    )
+    got = run(tmp_path, capsys, conf)
+    assert got.routes()["~ ^/old/(.*)$"] == {"location": "~ ^/old/(.*)$", "return": {"code": 503}}
+    opened = run(tmp_path, capsys, conf, "--allow-open")
+    assert "~ ^/old/(.*)$" not in opened.routes() and "other routes serve these URIs" in opened.skipped("2")
