@@ -33,7 +33,13 @@ def finish(result: Result, directives: list[Directive]) -> None:
             continue
         kept.append(srv)
     result.servers = kept
-    result.refused = [f"location {r.data['location']}: {c}" for srv in kept for r in srv.routes for c in r.comments]
+    result.refused = [
+        f"location {r.data['location']}: {c}"
+        for srv in kept
+        for r in srv.routes
+        for c in r.comments
+        if c.startswith("refuses every request")
+    ]
     proxied = any("upstream" in r.data for srv in kept for r in srv.routes)
     if not kept:
         result.fatal = _why_nothing(directives, [s.reason for s in result.skipped[before:]])
