@@ -53,7 +53,7 @@ def render(result: Result, source: str) -> str:
         out.append("# Not translated (file:line: directive -- reason):")
         out += [f"#   {_one_line(s.line())}" for s in result.skipped]
     if result.refused:
-        out.append("# Fail closed (--allow-open proxies these instead, and lets through what nginx refuses):")
+        out.append("# Fail closed: routes that refuse every request (--allow-open proxies those refused for a guard):")
         out += [f"#   {_one_line(n)}" for n in result.refused]
     if result.notes:
         out.append("# Translated with a difference:")

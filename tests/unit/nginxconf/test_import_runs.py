@@ -224,7 +224,10 @@ def test_untranslated_guards_fail_closed(tmp_path: Path, capsys: pytest.CaptureF
     assert "answers 405 to requests matching ($request_method !~ ^(GET|HEAD|POST)$)" in guard
     assert 'if ($request_method = "OPTIONS")' in got.skipped("6")  # the condition keeps its quotes
     assert "# refuses every request (403): if ($request_method" in got.text
-    assert "Fail closed (--allow-open" in got.text and "gateway: fail closed: location /:" in got.stderr
+    assert (
+        "# Fail closed: routes that refuse every request" in got.text
+        and "gateway: fail closed: location /:" in got.stderr
+    )
 
 
 def test_allow_open_proxies_and_says_what_reaches_the_backend(
