@@ -129,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     imp = sub.add_parser("import-nginx", help="translate an nginx configuration (exit 2: some directives skipped)")
     imp.add_argument("nginx_conf", help="the nginx.conf to read (includes are followed)")
     imp.add_argument("-o", "--output", default=None, help="where to write the gateway config (default: stdout)")
+    imp.add_argument(
+        "--allow-open",
+        action="store_true",
+        help="a guard (if ... return 403, allow/deny) that cannot be translated leaves its route proxying "
+        "instead of refusing every request",
+    )
 
     rep = sub.add_parser("replay", help="run an access log through the configured limits and report")
     rep.add_argument("access_log", help="an access log (.gz read as gzip); - for stdin")
@@ -151,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "import-nginx":
             from gateway.nginxconf.command import run_import
 
-            return run_import(args.nginx_conf, args.output)
+            return run_import(args.nginx_conf, args.output, allow_open=args.allow_open)
         if args.command == "replay":
             from gateway.replay.command import run_replay
 

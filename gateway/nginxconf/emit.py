@@ -22,7 +22,7 @@ def _one_line(text: str) -> str:
 
 
 def _route_lines(route: Route) -> list[str]:
-    return _dump([route.data]).splitlines()
+    return [f"# {_one_line(c)}" for c in route.comments] + _dump([route.data]).splitlines()
 
 
 def _main_server(servers: list[Server]) -> Server | None:
@@ -52,9 +52,14 @@ def render(result: Result, source: str) -> str:
     if result.skipped:
         out.append("# Not translated (file:line: directive -- reason):")
         out += [f"#   {_one_line(s.line())}" for s in result.skipped]
+    if result.refused:
+        out.append("# Fail closed: routes that refuse every request (--allow-open proxies those refused for a guard):")
+        out += [f"#   {_one_line(n)}" for n in result.refused]
     if result.notes:
         out.append("# Translated with a difference:")
         out += [f"#   {_one_line(n)}" for n in result.notes]
+    if result.same:
+        out.append(f"# Same as nginx here (no key needed): {_one_line(result.same_line())}")
     doc = dict(result.doc)
     servers = result.servers
     if len(servers) > 1:

@@ -1,34 +1,65 @@
 """``location`` blocks to routes: nesting flattened, each route with the settings it inherits.
 
-A location becomes a route when it proxies (``proxy_pass``) or answers (``return``);
-nested locations become routes of their own, after their parent, as nginx's
-inheritance (``Scope``) gives them their settings.
+A location becomes a route when it proxies (``proxy_pass``), answers (``return``), or hands
+every request to a named location that proxies (``try_files ... @app``). Nested locations
+become routes of their own, after their parent, as nginx's inheritance (``Scope``) gives
+them their settings.
+
+What cannot be translated fails closed: a route whose guard (``if (...) { return 403; }``,
+``allow``/``deny``), ``return`` or ``proxy_pass`` was not translated refuses every request
+(``guards``), unless the import runs with ``--allow-open``; either way the listing says which
+requests would otherwise reach the backend.
 """
 
 from __future__ import annotations
 
-from gateway.nginxconf import headers
+from dataclasses import dataclass, field
+
+from gateway.nginxconf import guards, headers
 from gateway.nginxconf.context import Context
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Doc, Route, Server
 from gateway.nginxconf.scope import Scope
-from gateway.nginxconf.values import ROUTE_DURATIONS, ROUTE_ON_OFF, ROUTE_SIZES, location_text, unsupported
+from gateway.nginxconf.values import ROUTE_DURATIONS, ROUTE_ON_OFF, ROUTE_SIZES, location_text
+
+ACCESS = "allow/deny"  # the scope's array of a location's allow and deny rules, inherited whole
+NON_HTTP_CONTENT = ("fastcgi_pass", "uwsgi_pass", "scgi_pass", "grpc_pass", "memcached_pass")
+TRY_FILES_NOTE = (
+    "try_files ... @name: the gateway has no files to try, so every request goes to the named location's upstream"
+)
 
 
-def location(
-    ctx: Context,
-    d: Directive,
-    scope: Scope,
-    server: Server,
-    parent: tuple[str, str] | None,
-    seen: dict[tuple[str, str], str],
-) -> None:
-    """``d`` and its nested locations as routes of ``server``; ``seen``: (kind, path) -> where, for duplicates."""
+@dataclass(slots=True)
+class Site:
+    """One server block's state while its locations become routes."""
+
+    server: Server
+    scope: Scope  # the server level's
+    named: dict[str, Directive] = field(default_factory=dict)  # "@app" -> its location block
+    used: set[str] = field(default_factory=set)  # the named locations a try_files reached
+    seen: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, path) -> where, for duplicates
+    refusals: list[str] = field(default_factory=list)  # the server level's untranslated guards
+
+
+@dataclass(slots=True)
+class Body:
+    """What one location block says about its route (settings go into the scope)."""
+
+    proxy: Directive | None = None
+    ret: Directive | None = None
+    try_files: Directive | None = None
+    refusals: list[str] = field(default_factory=list)
+    internal: Directive | None = None
+
+
+def location(ctx: Context, d: Directive, scope: Scope, site: Site, parent: tuple[str, str] | None) -> None:
+    """``d`` and its nested locations as routes of the site's server."""
     assert d.block is not None
     spec = location_text(d.args)
     if spec is None:
-        ctx.skip(d, "named (@) locations and locations without a path are not supported")
-        return
+        if not (len(d.args) == 1 and d.args[0].startswith("@")):
+            ctx.skip(d, "a location without a path")
+        return  # named locations are reached through try_files (see named_left)
     modifier, path = spec
     ident = ("regex" if modifier in ("~", "~*") else "prefix" if modifier in ("", "^~") else modifier, path)
     if parent is not None and parent[0] == "prefix" and ident[0] != "regex" and not path.startswith(parent[1]):
@@ -39,69 +70,163 @@ def location(
             f"{d.where}: nested regex location {modifier} {path}: nginx tries it only for URIs under "
             f"{parent[1]}; the flattened route is tried for every URI"
         )
-    ctx.access.location_rules([x for x in d.block if x.name in ("allow", "deny")])
-    proxy: Directive | None = None
-    ret: Directive | None = None
+    body = read_body(ctx, d.block, scope)
+    text = f"{modifier} {path}" if modifier else path
+    if ident in site.seen:
+        ctx.skip(d, f'duplicate location "{text}" (first at {site.seen[ident]})')
+    else:
+        site.seen[ident] = d.where
+        route = _route(ctx, d, text, ident[0] == "regex", scope, body, site)
+        if route is not None:
+            site.server.routes.append(route)
     for x in d.block:
+        if x.name == "location" and x.block is not None:
+            location(ctx, x, scope.child(), site, ident)
+
+
+def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:
+    """The block's settings into ``scope``; its proxy_pass, return, try_files and guards into a ``Body``."""
+    body = Body()
+    rules = [x for x in block if x.name in ("allow", "deny")]
+    if rules:
+        scope.arrays[ACCESS] = rules  # replaces the parent location's list, as in nginx; else inherited
+    for x in block:
         if x.name in ("allow", "deny", "location") or ctx.setting(x, scope):
             continue
         if x.name == "proxy_pass":
-            proxy = x
+            body.proxy = x
         elif x.name == "return":
-            ret = x
-        elif x.name in ("if", "limit_except"):
-            ctx.skip(x, f'"{x.name}" blocks are not supported: the directives inside were not applied')
+            body.ret = body.ret or x
+        elif x.name == "try_files":
+            body.try_files = x
+        elif x.name == "internal" and not x.args:
+            body.internal = x
+        elif x.name == "if" and x.block is not None:
+            body.refusals += guards.if_block(ctx, x)
+        elif x.name == "limit_except" and x.block is not None:
+            body.refusals += guards.limit_except(ctx, x)
         elif not ctx.directive(x, level="location"):
-            ctx.skip(x, unsupported(x))
-    text = f"{modifier} {path}" if modifier else path
-    if ident in seen:
-        ctx.skip(d, f'duplicate location "{text}" (first at {seen[ident]})')
-    else:
-        seen[ident] = d.where
-        route = _route(ctx, d, text, ident[0] == "regex", scope, proxy, ret)
-        if route is not None:
-            server.routes.append(route)
-    for x in d.block:
-        if x.name == "location":
-            location(ctx, x, scope.child(), server, ident, seen)
+            ctx.unsupported(x)
+    return body
 
 
-def _route(
-    ctx: Context,
-    d: Directive,
-    text: str,
-    regex: bool,
-    scope: Scope,
-    proxy: Directive | None,
-    ret: Directive | None,
-) -> Route | None:
+def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, body: Body, site: Site) -> Route | None:
     route = Route(data={"location": text})
-    target: Doc = {}  # "return" or "uri", written after the settings
-    if ret is not None:
-        value = headers.return_target(ctx.result, ret)
-        if value is not None:
-            target["return"] = value
-        if proxy is not None:
-            ctx.skip(proxy, "proxy_pass after return is never reached in nginx")
-    elif proxy is not None:
-        uri = ctx.upstreams.proxy_pass(proxy, route, regex=regex)
-        if uri is not None:
-            target["uri"] = uri
-    if "upstream" not in route.data and not target:
-        ctx.skip(d, "no proxy_pass here: nginx serves it itself (root, static files); the gateway only proxies")
+    deny_all, refusals = _guards(ctx, scope, body)
+    refusals[:0] = site.refusals
+    if deny_all:
+        route.data["return"] = {"code": 403}
+        return route
+    if body.internal is not None:  # only nginx's own redirects reach it; a client gets 404
+        route.data["return"] = {"code": 404}
+        route.comments.append(f"internal ({body.internal.where}): nginx answers 404 to clients here")
+        return route
+    if body.ret is not None:
+        if body.proxy is not None:
+            ctx.skip(body.proxy, "proxy_pass after return is never reached in nginx")
+        value = headers.return_target(ctx.result, body.ret, site.server)
+        if value is None and ctx.allow_open:
+            ctx.skip(
+                d, f"--allow-open: its return ({body.ret.where}) was not translated; other routes serve these URIs"
+            )
+            return None
+        if value is None:
+            return _refuse(route, [f"its return ({body.ret.where}) was not translated"], backend=False)
+        route.data["return"] = value  # a guard not translated lets nothing through to a backend here
+        headers.route_headers(ctx.result, route, scope)
+        return route
+    if body.proxy is None and body.try_files is not None:
+        target = _named_target(ctx, body.try_files, site)
+        if target is not None:
+            named_scope = site.scope.child()
+            named_body = read_body(ctx, target.block or [], named_scope)
+            _limits_once(named_scope, scope)
+            if named_body.proxy is not None:
+                ctx.result.note(TRY_FILES_NOTE)
+                named_deny_all, named_refusals = _guards(ctx, named_scope, named_body)
+                if named_deny_all:
+                    route.data["return"] = {"code": 403}
+                    return route
+                refusals += named_refusals
+                body, scope = named_body, named_scope
+    if body.proxy is None:
+        blocks = [d.block or [], *(t.block or [] for t in [_peek_named(body.try_files, site)] if t is not None)]
+        names = {x.name for block in blocks for x in block}
+        if names & set(NON_HTTP_CONTENT):
+            ctx.result.non_http = True
+            why = "nginx serves it by FastCGI/uwsgi/gRPC; the gateway proxies HTTP only"
+        elif "rewrite" in names:
+            why = "nginx rewrites the URI and serves it from another location; the gateway rewrites no URIs"
+        else:
+            why = "nginx serves it itself (root, static files); the gateway only proxies"
+        ctx.skip(d, f"no proxy_pass here: {why}")
         return None
+    uri = ctx.upstreams.proxy_pass(body.proxy, route, regex=regex)
+    if "upstream" not in route.data:
+        return _refuse(route, [f"its proxy_pass ({body.proxy.where}) was not translated"], backend=False)
+    if refusals and not ctx.allow_open:
+        return _refuse(route, refusals)
     _settings(route, scope)
     ctx.limits.for_route(route, scope)
-    if "upstream" in route.data:
-        ctx.upstreams.for_route(route.data["upstream"], scope)
-    route.data.update(target)
+    ctx.upstreams.for_route(route.data["upstream"], scope)
+    if uri is not None:
+        route.data["uri"] = uri
     headers.route_headers(ctx.result, route, scope)
     return route
 
 
+def _guards(ctx: Context, scope: Scope, body: Body) -> tuple[bool, list[str]]:
+    """Whether the allow/deny list in force is ``deny all`` alone; the guards not translated (refusals)."""
+    rules = scope.array(ACCESS)
+    if [(r.name, r.args) for r in rules] == [("deny", ["all"])]:
+        return True, []
+    refusals = guards.location_rules(ctx, rules) if rules else []
+    return False, [*body.refusals, *refusals, *guards.auth(ctx, scope)]
+
+
+def _refuse(route: Route, reasons: list[str], backend: bool = True) -> Route:
+    """The route answers 403 (a guard not translated) or 503 (its answer not translated) to every request."""
+    route.data.pop("upstream", None)
+    code = 403 if backend else 503
+    route.data["return"] = {"code": code}
+    route.comments += [f"refuses every request ({code}): {reason}" for reason in reasons]
+    return route
+
+
+def _named_target(ctx: Context, d: Directive, site: Site) -> Directive | None:
+    last = d.args[-1] if d.args else ""
+    if not last.startswith("@"):
+        return None
+    target = site.named.get(last)
+    if target is None:
+        ctx.skip(d, f'nginx: no location "{last}" in this server')
+        return None
+    site.used.add(last)
+    return target
+
+
+def _peek_named(d: Directive | None, site: Site) -> Directive | None:
+    last = d.args[-1] if d is not None and d.args else ""
+    return site.named.get(last) if last.startswith("@") else None
+
+
+def _limits_once(named: Scope, first: Scope) -> None:
+    """nginx runs limit_req and limit_conn once per request: when the location holding try_files
+    has them (its own or inherited), the named location's are not applied."""
+    for name in ("limit_req", "limit_conn"):
+        if first.array(name):
+            named.arrays[name] = list(first.array(name))
+
+
+def named_left(ctx: Context, site: Site) -> None:
+    for name, d in site.named.items():
+        if name not in site.used:
+            ctx.skip(d, "a named location no try_files here reaches (error_page and X-Accel-Redirect are not followed)")
+
+
 def _settings(route: Route, scope: Scope) -> None:
     """The route-level settings that pass through: body size and timeout, buffering."""
-    data = route.data
+    data: Doc = route.data
     for name, key in (*ROUTE_DURATIONS.items(), *ROUTE_SIZES.items()):
         found = scope.get(name)
         if found is not None:

@@ -14,7 +14,11 @@ Follows ``ngx_conf_read_token`` (nginx 1.22), state for state:
 - nginx reads the file through a 4096-byte buffer, and a word (or comment) that
   fills it is refused: "too long parameter" (``_check_length`` says exactly when).
 
-``include`` is followed here, with globs, relative to the main file's directory.
+``include`` is followed here, with globs, relative to the main file's directory (or the
+nearest directory above it that has the file: nginx reads includes from its configuration
+directory, and the file imported may be a site under it; an absolute path not on this machine
+is looked for by its last components there too). A missing file nginx ships (``mime.types``,
+``fastcgi_params``...) counts as empty.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ MAX_FILES = 10_000  # included files in all: a glob including itself fans out
 MAX_BLOCK_DEPTH = 64  # nested blocks (nginx configs nest a handful)
 MAX_FILE_BYTES = 16 * 1024 * 1024
 CONF_BUFFER = 4096  # NGX_CONF_BUFFER
+MAX_CONF_DIR_UP = 4  # how far above the main file a relative include is looked for
+# files that come with nginx, holding only types and *_param lines: an import without them loses nothing
+NGINX_SHIPPED = ("mime.types", "fastcgi_params", "fastcgi.conf", "uwsgi_params", "scgi_params", "koi-utf",
+                 "koi-win", "win-utf")  # fmt: skip
 
 
 class ParseError(ValueError):
@@ -48,6 +56,7 @@ class Directive:
     line: int
     block: list[Directive] | None = None  # None: a simple directive ending in ";"
     end_line: int = 0
+    quoted: frozenset[int] = frozenset()  # the indexes of the arguments written in quotes
 
     @property
     def where(self) -> str:
@@ -55,12 +64,14 @@ class Directive:
 
     def text(self) -> str:
         """The directive as nginx would print it (one line, block contents elided)."""
-        words = [self.name, *(_quote(a) for a in self.args)]
+        words = [self.name, *(_quote(a, i in self.quoted) for i, a in enumerate(self.args))]
+        if len(words) > 2 and words[-1] == ")" and (len(self.args) - 2) in self.quoted:
+            words[-2:] = [words[-2] + ")"]  # if ($a = 'x'): the ")" was written right after the quote
         return " ".join(words) + (" { ... }" if self.block is not None else ";")
 
 
-def _quote(word: str) -> str:
-    if word and not any(c in word for c in " \t\r\n;{}\"'#\\"):
+def _quote(word: str, quoted: bool = False) -> str:
+    if word and not quoted and not any(c in word for c in " \t\r\n;{}\"'#\\"):
         return word
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
@@ -87,6 +98,7 @@ class _Token:
     value: str
     line: int
     kind: str = "word"  # "word", or the punctuation itself: ";", "{", "}"
+    quoted: bool = False
 
 
 @dataclass(slots=True)
@@ -149,7 +161,7 @@ class _Lexer:
             self.pos += 1
         after = text[self.pos + 1] if self.pos + 1 < n else ""
         self._check_length(start, self.pos, 2 if after and after in _SPACE else 1)
-        self.tokens.append(_Token(_unescape(text[start : self.pos]), start_line))
+        self.tokens.append(_Token(_unescape(text[start : self.pos]), start_line, quoted=True))
         self.pos += 1
 
     def _word(self) -> None:
@@ -200,9 +212,15 @@ def _read(path: str, shown: str) -> str:
         raise ParseError(shown, 0, f"cannot read: {exc.strerror or exc}") from None
 
 
+def _directive(words: list[_Token], file: str) -> Directive:
+    quoted = frozenset(i for i, w in enumerate(words[1:]) if w.quoted)
+    return Directive(words[0].value, [w.value for w in words[1:]], file, words[0].line, quoted=quoted)
+
+
 @dataclass(slots=True)
 class _Builder:
     base_dir: str
+    notes: list[str] = field(default_factory=list)  # includes found elsewhere than nginx would read them
     depth: int = 0
     files: int = 0
     blocks: int = 0
@@ -225,7 +243,8 @@ class _Builder:
             if tok.kind == ";":
                 if not words:
                     raise ParseError(file, tok.line, 'unexpected ";"')
-                d = Directive(words[0].value, [w.value for w in words[1:]], file, words[0].line, end_line=tok.line)
+                d = _directive(words, file)
+                d.end_line = tok.line
                 out.extend(self._include(d) if d.name == "include" else [d])
                 words = []
             elif tok.kind == "{":
@@ -236,7 +255,8 @@ class _Builder:
                     raise ParseError(file, tok.line, f"blocks nested deeper than {MAX_BLOCK_DEPTH}")
                 inner, pos = self._block(tokens, pos, file, top=False)
                 self.blocks -= 1
-                d = Directive(words[0].value, [w.value for w in words[1:]], file, words[0].line, inner)
+                d = _directive(words, file)
+                d.block = inner
                 d.end_line = tokens[pos - 1].line
                 out.append(d)
                 words = []
@@ -256,11 +276,13 @@ class _Builder:
         if len(d.args) != 1:
             raise ParseError(d.file, d.line, 'invalid number of arguments in "include" directive')
         pattern = d.args[0]
-        full = pattern if os.path.isabs(pattern) else os.path.join(self.base_dir, pattern)
+        full = self._find(pattern)
         if glob.has_magic(full):
             paths = sorted(glob.glob(full))
         else:
             if not os.path.exists(full):
+                if os.path.basename(full) in NGINX_SHIPPED:
+                    return []  # nginx's own mime.types, fastcgi_params...: types and fastcgi_param only
                 raise ParseError(d.file, d.line, f'open() "{full}" failed (No such file or directory)')
             paths = [full]
         if self.depth >= MAX_INCLUDE_DEPTH:
@@ -275,11 +297,40 @@ class _Builder:
         finally:
             self.depth -= 1
 
+    def _find(self, pattern: str) -> str:
+        """Where ``pattern`` is: nginx reads a relative include from its configuration directory,
+        which for a file imported from sites-available/ or conf.d/ is a directory above it. An
+        absolute path that is not on this machine (a configuration copied from its host) is looked
+        for by its last components beside the main file or above it; what was found is noted."""
+        if os.path.isabs(pattern):
+            if os.path.exists(pattern) or glob.has_magic(pattern):
+                return pattern
+            parts = pattern.strip("/").split("/")
+            tails = ["/".join(parts[i:]) for i in range(len(parts))]
+        else:
+            tails = [pattern]
+        for tail in tails:
+            directory = self.base_dir
+            for _ in range(MAX_CONF_DIR_UP):
+                candidate = os.path.join(directory, tail)
+                if glob.glob(candidate) if glob.has_magic(candidate) else os.path.exists(candidate):
+                    if os.path.isabs(pattern):
+                        self.notes.append(f"include {pattern}: read {os.path.relpath(candidate, self.base_dir)}")
+                    return candidate
+                directory = os.path.dirname(directory)
+        return pattern if os.path.isabs(pattern) else os.path.join(self.base_dir, pattern)
+
 
 def parse_config(path: str) -> list[Directive]:
     """The main file's directives, includes already spliced in; raises ``ParseError``."""
-    base_dir = os.path.dirname(os.path.abspath(path))
-    return _Builder(base_dir).parse_file(path, path)
+    return parse_config_noting(path)[0]
+
+
+def parse_config_noting(path: str) -> tuple[list[Directive], list[str]]:
+    """``parse_config``, and where includes not found as nginx would read them were found."""
+    builder = _Builder(os.path.dirname(os.path.abspath(path)))
+    directives = builder.parse_file(path, path)
+    return directives, builder.notes
 
 
 def parse_text(text: str, file: str = "nginx.conf", base_dir: str = ".") -> list[Directive]:

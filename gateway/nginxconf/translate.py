@@ -8,26 +8,30 @@ or, for those valid at several levels, ``Context.directive`` (zones in ``limits`
 
 from __future__ import annotations
 
-from gateway.nginxconf import edge
+from gateway.nginxconf import edge, guards, runs
 from gateway.nginxconf.context import Context
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Result
 from gateway.nginxconf.scope import Scope
-from gateway.nginxconf.servers import server
+from gateway.nginxconf.servers import HTTP2_NOTE, server
 from gateway.nginxconf.tls import SSL_DIRECTIVES, ssl
-from gateway.nginxconf.values import unsupported
 
 HTTP_LIKE = ("server", "upstream", "limit_req_zone", "limit_conn_zone", "location")
 
 
-def translate(directives: list[Directive]) -> Result:
-    """The whole configuration (or an http-level fragment such as conf.d/site.conf)."""
-    ctx = Context()
+def translate(directives: list[Directive], allow_open: bool = False) -> Result:
+    """The whole configuration (or an http-level fragment such as conf.d/site.conf).
+
+    ``allow_open``: a guard that is not translated leaves its route proxying (listed) instead
+    of making it refuse every request."""
+    ctx = Context(allow_open=allow_open)
     if not any(d.name == "http" for d in directives) and any(d.name in HTTP_LIKE for d in directives):
         _http(ctx, directives, Scope())
     else:
         _main(ctx, directives)
-    return ctx.finish()
+    result = ctx.finish()
+    runs.finish(result, directives)
+    return result
 
 
 def _main(ctx: Context, directives: list[Directive]) -> None:
@@ -40,22 +44,42 @@ def _main(ctx: Context, directives: list[Directive]) -> None:
             edge.worker_processes(ctx.result, d)
         elif d.name == "error_log":
             ctx.logs.error_log(d)
+        elif d.name in ("user", "pid", "worker_rlimit_nofile", "pcre_jit", "load_module", "include", "daemon",
+                        "master_process", "worker_cpu_affinity", "worker_priority", "timer_resolution", "env",
+                        "thread_pool", "worker_shutdown_timeout", "lock_file", "ssl_engine"):  # fmt: skip
+            ctx.result.same_here(d)  # the process's own business: the gateway runs as it is started
         else:
             ctx.skip(d, "a main-context directive the gateway has no use for")
 
 
 def _http(ctx: Context, block: list[Directive], scope: Scope) -> None:
     servers = [d for d in block if d.name == "server" and d.block is not None]
+    rules = [d for d in block if d.name in ("allow", "deny")]
+    if rules and not ctx.access.rules(rules, global_ok=True):
+        ctx.http_refusals = guards.location_rules(ctx, rules)
+    elif rules and any(x.name in ("allow", "deny") for d in servers for x in d.block or []):
+        ctx.result.note(
+            "http-level deny rules apply to every server here; "
+            "in nginx a server with allow/deny of its own replaces them"
+        )
     for d in block:
-        if d.name in ("server", "location") or ctx.setting(d, scope):
+        if d.name in ("server", "location", "allow", "deny") or ctx.setting(d, scope):
             continue
         if d.name in SSL_DIRECTIVES:
             ssl(ctx.result, d, ctx.result.doc)
+        elif d.name == "http2" and d.args == ["on"]:
+            ctx.result.note(HTTP2_NOTE)
         elif not ctx.directive(d, level="http"):
-            ctx.skip(d, unsupported(d))
+            ctx.unsupported(d)
     for d in block:
         if d.name == "location":
             ctx.skip(d, 'nginx: "location" is not allowed here (http level)')
     for d in servers:
         assert d.block is not None
-        server(ctx, d, d.block, scope.child(), single=len(servers) == 1)
+        server(ctx, d, d.block, scope.child(), single=len(servers) == 1, shared_rules=_shared_rules(servers))
+
+
+def _shared_rules(servers: list[Directive]) -> bool:
+    """Every server has the same allow/deny list (one shared include): it may become the global one."""
+    lists = {tuple((x.name, tuple(x.args)) for x in d.block or [] if x.name in ("allow", "deny")) for d in servers}
+    return len(lists) == 1 and bool(next(iter(lists)))

@@ -10,10 +10,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gateway.config.reader import host_port
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Doc, Result, Route
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.values import UPSTREAM_TIMEOUTS, duration_ok, unsupported
+
+
+def address_problem(address: str) -> str:
+    """Why the gateway would refuse ``address`` as an upstream server ("" if it would not)."""
+    try:
+        host_port(default_port=80)(address)
+    except ValueError as exc:
+        return str(exc)
+    return ""
 
 
 class Upstreams:
@@ -21,6 +31,7 @@ class Upstreams:
         self.result = result
         self.upstreams: dict[str, Doc] = {}
         self.where: dict[tuple[str, str], str] = {}  # (upstream, key) -> where the value was first set
+        self.dropped: dict[str, str] = {}  # upstream blocks not translated: name -> where
 
     def upstream(self, d: Directive) -> None:
         if d.block is None or len(d.args) != 1:
@@ -44,8 +55,15 @@ class Upstreams:
                     if not x.args or x.name in ("least_conn", "ip_hash", "hash", "random")
                     else unsupported(x),
                 )
-        if not servers:
-            self.result.skip(d, "upstream without a usable server")
+        usable = [s for s in servers if not (isinstance(s, dict) and (s.get("backup") or s.get("down")))]
+        if not usable:
+            self.dropped[d.args[0]] = d.where
+            self.result.skip(
+                d,
+                "upstream without a usable server (see its server lines)"
+                if not servers
+                else "every server is marked backup or down: nothing to send requests to",
+            )
             return
         self.upstreams[d.args[0]] = {"servers": servers, **body}
 
@@ -54,7 +72,12 @@ class Upstreams:
         if address.startswith("unix:"):
             self.result.skip(d, "unix: sockets are not supported as upstream servers")
             return None
-        entry: Doc = {"address": address if re.search(r":\d+$", address) else f"{address}:80"}
+        full = address if re.search(r":\d+$", address) else f"{address}:80"
+        problem = address_problem(full)
+        if problem:
+            self.result.skip(d, f"server {address}: {problem}")
+            return None
+        entry: Doc = {"address": full}
         for p in d.args[1:]:
             key, _, value = p.partition("=")
             if key in ("weight", "max_fails") and value.isdigit():
@@ -70,6 +93,9 @@ class Upstreams:
 
     def proxy_pass(self, d: Directive, route: Route, regex: bool) -> str | None:
         """Sets the route's upstream; returns the URI part (``uri``), if any."""
+        if len(d.args) == 1 and re.match(r"https?://unix:", d.args[0]):
+            self.result.skip(d, "proxy_pass to a unix: socket: the gateway proxies to TCP addresses only")
+            return None
         match = re.fullmatch(r"(https?)://([^/]+)(/.*)?", d.args[0]) if len(d.args) == 1 else None
         if match is None or "$" in d.args[0]:
             self.result.skip(
@@ -80,11 +106,20 @@ class Upstreams:
         if uri is not None and regex:
             self.result.skip(d, 'nginx: "proxy_pass" cannot have URI part in location given by regular expression')
             return None
+        if host in self.dropped:
+            self.result.skip(
+                d, f'upstream "{host}" was not translated (see {self.dropped[host]}): no address to send to'
+            )
+            return None
         if host in self.upstreams:
             name = host
         else:
             port = "443" if scheme == "https" else "80"
             address = host if re.search(r":\d+$", host) else f"{host}:{port}"
+            problem = address_problem(address)
+            if problem:
+                self.result.skip(d, f"proxy_pass to {host}: {problem}")
+                return None
             name = re.sub(r"[^A-Za-z0-9_.-]", "_", address)
             if name not in self.upstreams:
                 self.upstreams[name] = {"servers": [address]}

@@ -30,7 +30,9 @@ UPSTREAM_TIMEOUTS = {
     "proxy_read_timeout": "read_timeout",
     "proxy_send_timeout": "send_timeout",
 }
+AUTH = ("auth_basic", "auth_request")  # guards the gateway has no equivalent of: inherited, checked per route
 INHERITED = (
+    *AUTH,
     *ROUTE_DURATIONS,
     *ROUTE_SIZES,
     *ROUTE_ON_OFF,
@@ -47,6 +49,55 @@ INHERITED = (
 )
 LOG_LEVELS = ("info", "notice", "warn", "error")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
+
+
+# directive -> the arguments with which it does what the gateway does anyway (None: any arguments)
+SAME_AS_NGINX: dict[str, tuple[tuple[str, ...], ...] | None] = {
+    "proxy_http_version": (("1.1",),),  # the gateway speaks HTTP/1.1 to upstreams
+    "proxy_redirect": (("off",),),  # the gateway does not rewrite Location
+    "tcp_nodelay": None,  # file serving and socket tuning: nothing here
+    "tcp_nopush": None,
+    "sendfile": None,
+    "aio": None,
+    "directio": None,
+    "open_file_cache": None,
+    "open_file_cache_valid": None,
+    "open_file_cache_min_uses": None,
+    "open_file_cache_errors": None,
+    "autoindex": (("off",),),
+    "break": ((),),  # ends the rewrite directives; with no rewrite it does nothing
+    "proxy_pass_request_headers": (("on",),),
+    "proxy_pass_request_body": (("on",),),
+    "proxy_ignore_client_abort": (("off",),),
+    "chunked_transfer_encoding": (("on",),),
+    "types_hash_max_size": None,  # hash sizes of nginx's own tables
+    "types_hash_bucket_size": None,
+    "server_names_hash_bucket_size": None,
+    "server_names_hash_max_size": None,
+    "variables_hash_max_size": None,
+    "variables_hash_bucket_size": None,
+    "map_hash_bucket_size": None,
+    "map_hash_max_size": None,
+    "proxy_headers_hash_max_size": None,
+    "proxy_headers_hash_bucket_size": None,
+}
+# proxy_set_header values for the WebSocket handshake and upstream keep-alive, which the gateway does itself
+SAME_HEADERS = {
+    "upgrade": ("$http_upgrade", "websocket"),
+    "connection": ("$connection_upgrade", "upgrade", "Upgrade", "", "keep-alive"),
+}
+
+
+def same_as_nginx(d: Directive) -> bool:
+    """``d`` needs no key: the gateway behaves so already, or it only concerns nginx's own files and tables."""
+    if d.block is not None:
+        return False
+    if d.name == "proxy_set_header" and len(d.args) == 2:
+        return d.args[1] in SAME_HEADERS.get(d.args[0].lower(), ())
+    if d.name not in SAME_AS_NGINX:
+        return False
+    forms = SAME_AS_NGINX[d.name]
+    return forms is None or tuple(d.args) in forms
 
 
 # -- checks and conversions ----------------------------------------------------------------------------------
@@ -116,6 +167,8 @@ def check_setting(d: Directive) -> str:
     """An inherited directive's arguments, checked so that the output passes ``gateway check``."""
     a = d.args
     name = d.name
+    if name in AUTH:
+        return "" if len(a) == 1 else f"{name}: expected one value"
     if name == "limit_req":
         ok = any(x.startswith("zone=") for x in a) and all(_limit_req_word(x) for x in a)
         return "" if ok else "expected zone=NAME [burst=N] [nodelay | delay=N]"

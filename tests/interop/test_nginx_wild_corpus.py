@@ -1,0 +1,83 @@
+"""Every configuration of the corpus from public projects (``tests/nginx_corpus/wild/``, issue 24):
+``gateway import-nginx`` gives a configuration that passes ``gateway check``, or exits 1 and says
+why in one line.
+
+The corpus holds main files, sites, include-only fragments and unrendered templates alike; a
+fragment or a PHP site exits 1 ("nothing is proxied..."), a template nginx rejects too exits
+1 at its parse error. Nothing else is accepted: no traceback, no output that does not check.
+A few files whose translation is known are held to it (``KNOWN``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.cli.commands import main
+
+WILD = Path(__file__).resolve().parents[1] / "nginx_corpus" / "wild"
+FILES = sorted(p for p in WILD.rglob("*") if p.is_file() and p.name not in ("SOURCE.md", "README.md"))
+# at least this many files must import into a configuration that checks (26 when this was written)
+MIN_RUNNING = 26
+
+
+def _import(conf: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["import-nginx", str(conf), "-o", str(out)])
+    return code, capsys.readouterr().err
+
+
+def test_the_corpus_is_there_with_its_sources() -> None:
+    assert len(FILES) >= 150
+    readme = (WILD / "README.md").read_text()
+    for project in sorted(p for p in WILD.iterdir() if p.is_dir()):
+        assert (project / "SOURCE.md").is_file(), project
+        assert f"`{project.name}/" in readme, project
+
+
+@pytest.mark.parametrize("conf", FILES, ids=[str(p.relative_to(WILD)) for p in FILES])
+def test_an_import_checks_or_says_why_in_one_line(
+    conf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "gateway.yaml"
+    code, stderr = _import(conf, out, capsys)
+    assert "Traceback" not in stderr
+    assert code in (0, 1, 2), stderr
+    if code == 1:
+        assert not out.exists()
+        last = stderr.strip().splitlines()[-1]
+        assert last.startswith("gateway: ") and " skipped: " not in last and len(last) < 400, stderr
+        return
+    text = out.read_text()
+    assert "routes: null" not in text and "routes: []" not in text
+    assert main(["check", "-c", str(out)]) == 0, stderr + text
+    assert capsys.readouterr().out.strip() == "ok"
+
+
+def test_most_of_the_corpus_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    running = [conf for i, conf in enumerate(FILES) if _import(conf, tmp_path / f"{i}.yaml", capsys)[0] != 1]
+    assert len(running) >= MIN_RUNNING, [str(p.relative_to(WILD)) for p in running]
+
+
+def _doc(conf: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    out = tmp_path / "gateway.yaml"
+    code, stderr = _import(WILD / conf, out, capsys)
+    assert code in (0, 2), stderr
+    doc = yaml.safe_load(out.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_known_translations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Lemmy (rendered): the 443 server with `listen 443 ssl http2` is no longer dropped for http2; without
+    # its certificate here its ssl listen is left out, and the :80 server's return is a return route
+    lemmy = _doc("lemmy/docker/prod/nginx.conf.rendered-example.com", tmp_path, capsys)
+    assert "limit_req_zone" not in str(lemmy) and lemmy.get("zones")
+    # cal-itp: `upstream app_server { server unix:... }` is not invented as app_server:80
+    cal = _doc("cal-itp-benefits/appcontainer/nginx.conf", tmp_path, capsys)
+    assert "app_server" not in str(cal.get("upstreams", {}))
+    # the h5bp no-ssl template: the server-level `return 301 $scheme://example.com$request_uri;` is a route
+    h5bp = _doc("h5bp-server-configs-nginx/conf.d/templates/no-ssl.example.com.conf", tmp_path, capsys)
+    assert "return" in str(h5bp)
