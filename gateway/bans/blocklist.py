@@ -17,6 +17,7 @@ A device or a FIFO is refused before it is opened (``gateway/files.py``).
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from gateway.files import MIB, FileRefused, FileTooLarge, bounded_lines, open_re
 MAX_ERRORS_SHOWN = 20
 MAX_BYTES = 16 * MIB
 MAX_ENTRIES = 1_000_000
+_AF_INET = socket.AF_INET
+_inet_pton = socket.inet_pton
 _ADVICE = "aggregate it into CIDRs, or block these addresses in the firewall (ipset, nftables)"
 
 
@@ -52,7 +55,12 @@ def parse_blocklist(lines: Iterable[str], max_entries: int = MAX_ENTRIES) -> Blo
             )
         word = text.split(None, 1)[0]
         try:
-            target = canonical_target(word)
+            _inet_pton(_AF_INET, word)  # most lines: inet_pton takes only the canonical dotted quad
+            target = word + "/32"
+        except (OSError, ValueError):
+            target = ""
+        try:
+            target = target or canonical_target(word)
         except ValueError:
             shown = word if len(word) <= 64 and word.isprintable() else repr(word[:64])
             out.errors.append((number, f"not an IP address or CIDR: {shown}"))
