@@ -339,19 +339,25 @@ class _Builder:
 
     def _glob(self, pattern: str, d: Directive) -> list[str]:
         """The paths ``pattern`` matches, sorted as glob(3) sorts them, within the budget."""
-        wild = [part for part in pattern.split(os.sep) if glob.has_magic(part)]
-        if len(wild) > MAX_GLOB_WILDCARD_PARTS:
-            raise ParseError(
-                d.file,
-                d.line,
-                f'the glob "{pattern}" has wildcards in {len(wild)} path components (at most '
-                f"{MAX_GLOB_WILDCARD_PARTS}): it would walk a directory tree",
-            )
+        refuse_walking_glob(pattern, d)
         paths: list[str] = []
         for path in glob.iglob(pattern):
             self.budget.spend_match(d.file, d.line)
             paths.append(path)
         return sorted(paths)
+
+
+def refuse_walking_glob(pattern: str, d: Directive) -> None:
+    """``ParseError`` at ``d`` for a glob with wildcards in more than ``MAX_GLOB_WILDCARD_PARTS``
+    path components; call it before anything globs ``pattern``, as nothing lists a directory here."""
+    wild = [part for part in pattern.split(os.sep) if glob.has_magic(part)]
+    if len(wild) > MAX_GLOB_WILDCARD_PARTS:
+        raise ParseError(
+            d.file,
+            d.line,
+            f'the glob "{pattern}" has wildcards in {len(wild)} path components (at most '
+            f"{MAX_GLOB_WILDCARD_PARTS}): it would walk a directory tree",
+        )
 
 
 def parse_config(path: str) -> list[Directive]:
