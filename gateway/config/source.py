@@ -6,7 +6,8 @@ plain Python values, and record ``{key path: (line, column)}`` so that every
 later error can name its file, line and key.
 
 A configuration file is input we must survive whoever wrote it, so loading is
-bounded: a file over ``MAX_FILE_BYTES`` is refused before parsing; nesting stops
+bounded: a file over ``MAX_FILE_BYTES`` is refused before parsing, and so is one that
+is not a regular file (a FIFO, a device: ``gateway/files.py``); nesting stops
 at ``compose.MAX_DEPTH`` levels; and the values built, counting every pass through an
 alias (``*a``), stop at ``compose.MAX_VALUES``, so ten lines of nested aliases (a
 "billion laughs") are an error naming the line where the bound was crossed,
@@ -24,6 +25,7 @@ import yaml
 from gateway.config.compose import MAX_DEPTH, ComposeLimit, compose
 from gateway.config.teardown import release
 from gateway.errors import ConfigError, ConfigErrors, KeyPath
+from gateway.files import FileTooLarge, read_bounded
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_ERRORS = 100  # past this, one more error says so and the rest are dropped: 50000 lines help no one
@@ -214,12 +216,12 @@ def line_column(text: str, offset: int) -> tuple[int, int]:
 def read_document(path: str) -> Document:
     """Read and parse a configuration file (refusing one over ``MAX_FILE_BYTES``)."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
+        raw = read_bounded(path, MAX_FILE_BYTES)  # a regular file: a FIFO or a device is refused unopened
+    except FileTooLarge:
+        message = f"the file is larger than {_MIB} MiB; refusing to parse it"
+        raise ConfigErrors([ConfigError(message, file=path)]) from None
     except OSError as exc:
         raise ConfigErrors([ConfigError(f"cannot read file: {exc.strerror}", file=path)]) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigErrors([ConfigError(f"the file is larger than {_MIB} MiB; refusing to parse it", file=path)])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -15,6 +15,9 @@ Keys, at the top level and in a server block (a server's own key wins over the t
 
 Certificates are read when the configuration loads (``gateway check`` and every reload),
 so a missing file, a key that does not match or a broken PEM is an error naming the key.
+Each PEM file (certificate, key, and an upstream's ``tls_ca``) must be a regular file of at
+most ``MAX_PEM_BYTES`` (1 MiB: a chain is a few kB, the whole Mozilla CA bundle about 220 kB);
+a device, a FIFO or a larger file is refused before it is read (``gateway/files.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 from gateway.config.reader import Reader, as_bool, as_str
 from gateway.config.servers import ServerName, parse_server_name
 from gateway.errors import KeyPath
+from gateway.files import MIB, read_bounded
 
 TLS_KEYS = (
     "ssl_certificate",
@@ -52,6 +56,7 @@ _VERSIONS = {
     "TLSv1.3": ssl.TLSVersion.TLSv1_3,
 }
 _ORDER = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+MAX_PEM_BYTES = 1 * MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +159,7 @@ def load_context(
     ok = True
     for file, at, what in ((certificate, cert_at, "certificate"), (key, key_at, "key")):
         try:
-            with open(file, "rb") as fh:
-                text = fh.read()
+            text = read_bounded(file, MAX_PEM_BYTES)
         except OSError as exc:
             r.error(at, f"cannot read the {what} file {file}: {exc.strerror or exc}")
             ok = False

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.reader import Reader, as_bool, as_str, duration_ms, host_port, int_in, one_of, positive_duration_ms
+from gateway.config.tls import MAX_PEM_BYTES
 from gateway.errors import KeyPath
+from gateway.files import read_bounded
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,8 +103,7 @@ def parse_upstreams(r: Reader, value: Any, path: KeyPath) -> dict[str, UpstreamS
 def _ca_bundle(value: Any) -> str:
     path = as_str(value)
     try:
-        with open(path, "rb") as fh:
-            text = fh.read()
+        text = read_bounded(path, MAX_PEM_BYTES)  # checked here; the proxy loads it again by name
     except OSError as exc:
         raise ValueError(f"cannot read the CA bundle {path}: {exc.strerror or exc}") from None
     try:

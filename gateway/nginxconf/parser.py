@@ -19,21 +19,39 @@ nearest directory above it that has the file: nginx reads includes from its conf
 directory, and the file imported may be a site under it; an absolute path not on this machine
 is looked for by its last components there too). A missing file nginx ships (``mime.types``,
 ``fastcgi_params``...) counts as empty.
+All of it within one
+budget for the whole import (``_Budget``): ``MAX_FILES`` files read, ``MAX_TOTAL_BYTES`` bytes
+read, ``MAX_DIRECTIVES`` directives, ``MAX_GLOB_MATCHES`` paths matched by globs, and
+``MAX_SECONDS`` of time; each file is
+a regular file of at most ``MAX_FILE_BYTES`` (a FIFO or a device is refused unopened, so it
+cannot block: ``gateway/files.py``). A glob with wildcards in more than ``MAX_GLOB_WILDCARD_PARTS``
+path components (``include /*/*/*/*;``) is refused before anything is listed: it walks a
+directory tree, which no real configuration needs (they include ``conf.d/*.conf``,
+``sites-enabled/*``). nginx has none of these bounds; a configuration within them imports as
+before, and one past them is refused with the file and line of the ``include``.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import time
 from dataclasses import dataclass, field
+
+from gateway.files import MIB, FileRefused, FileTooLarge, read_bounded, size_text
 
 _SPACE = " \t\r\n"
 _WORD_END = _SPACE + ";{"
 _UNESCAPE = {'"': '"', "'": "'", "\\": "\\", "t": "\t", "r": "\r", "n": "\n"}
 MAX_INCLUDE_DEPTH = 32
-MAX_FILES = 10_000  # included files in all: a glob including itself fans out
+MAX_FILES = 1_000  # files read in all (the main one included): a glob including itself fans out
 MAX_BLOCK_DEPTH = 64  # nested blocks (nginx configs nest a handful)
-MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_FILE_BYTES = 16 * MIB  # one file
+MAX_TOTAL_BYTES = 16 * MIB  # every file read, counting a file included twice twice
+MAX_DIRECTIVES = 250_000  # in all, each some 300 bytes in memory (a 100,000-line geo or map block fits)
+MAX_GLOB_MATCHES = 10_000  # paths matched by all the globs
+MAX_GLOB_WILDCARD_PARTS = 2  # path components with a wildcard in one glob (conf.d/*/*.conf)
+MAX_SECONDS = 30.0  # the whole parse
 CONF_BUFFER = 4096  # NGX_CONF_BUFFER
 MAX_CONF_DIR_UP = 4  # how far above the main file a relative include is looked for
 # files that come with nginx, holding only types and *_param lines: an import without them loses nothing
@@ -201,15 +219,46 @@ class _Lexer:
             raise ParseError(self.file, line, f'too long parameter "{self.text[start : start + 10]}..." started')
 
 
-def _read(path: str, shown: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            text = f.read(MAX_FILE_BYTES + 1)
-        if len(text) > MAX_FILE_BYTES:
-            raise ParseError(shown, 0, f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-        return text
-    except OSError as exc:
-        raise ParseError(shown, 0, f"cannot read: {exc.strerror or exc}") from None
+@dataclass(slots=True)
+class _Budget:
+    """What one import may read in all; ``spend_*`` raise ``ParseError`` at ``file:line`` past it."""
+
+    deadline: float = field(default_factory=lambda: time.monotonic() + MAX_SECONDS)
+    files: int = 0
+    bytes_left: int = MAX_TOTAL_BYTES
+    directives: int = 0
+    matches: int = 0
+
+    def check_time(self, file: str, line: int) -> None:
+        if time.monotonic() > self.deadline:
+            raise ParseError(file, line, f"the import took longer than {MAX_SECONDS:g} s (includes fanning out?)")
+
+    def spend_file(self, file: str, line: int) -> int:
+        """Count one more file; the bytes it may hold."""
+        self.check_time(file, line)
+        self.files += 1
+        if self.files > MAX_FILES:
+            raise ParseError(file, line, f"more than {MAX_FILES} included files (an include fanning out?)")
+        if self.bytes_left <= 0:
+            raise ParseError(file, line, f"the files read come to more than {size_text(MAX_TOTAL_BYTES)}")
+        return min(MAX_FILE_BYTES, self.bytes_left)
+
+    def spend_bytes(self, count: int) -> None:
+        self.bytes_left -= count
+
+    def spend_directive(self, file: str, line: int) -> None:
+        self.directives += 1
+        if self.directives > MAX_DIRECTIVES:
+            raise ParseError(file, line, f"more than {MAX_DIRECTIVES} directives in all")
+        if self.directives % 4096 == 0:
+            self.check_time(file, line)
+
+    def spend_match(self, file: str, line: int) -> None:
+        self.matches += 1
+        if self.matches > MAX_GLOB_MATCHES:
+            raise ParseError(file, line, f"the globs match more than {MAX_GLOB_MATCHES} paths")
+        if self.matches % 256 == 0:
+            self.check_time(file, line)
 
 
 def _directive(words: list[_Token], file: str) -> Directive:
@@ -222,14 +271,26 @@ class _Builder:
     base_dir: str
     notes: list[str] = field(default_factory=list)  # includes found elsewhere than nginx would read them
     depth: int = 0
-    files: int = 0
     blocks: int = 0
+    budget: _Budget = field(default_factory=_Budget)
 
-    def parse_file(self, path: str, shown: str) -> list[Directive]:
-        self.files += 1
-        if self.files > MAX_FILES:
-            raise ParseError(shown, 0, f"more than {MAX_FILES} included files (an include fanning out?)")
-        tokens = _Lexer(_read(path, shown), shown).run()
+    def parse_file(self, path: str, shown: str, where: tuple[str, int] | None = None) -> list[Directive]:
+        """``where``: the file and line of the ``include`` that names ``path`` (None: the main file)."""
+        at_file, at_line = where or (shown, 0)
+        limit = self.budget.spend_file(at_file, at_line)
+        try:
+            raw = read_bounded(path, limit)  # a regular file: a FIFO or a device is refused unopened
+        except FileTooLarge:
+            if limit < MAX_FILE_BYTES:
+                message = f"the files read come to more than {size_text(MAX_TOTAL_BYTES)}"
+                raise ParseError(at_file, at_line, message) from None
+            raise ParseError(shown, 0, f"larger than {size_text(MAX_FILE_BYTES)}") from None
+        except FileRefused as exc:
+            raise ParseError(at_file, at_line, f"{shown}: {exc.strerror}" if where else str(exc.strerror)) from None
+        except OSError as exc:
+            raise ParseError(shown, 0, f"cannot read: {exc.strerror or exc}") from None
+        self.budget.spend_bytes(len(raw))
+        tokens = _Lexer(raw.decode("utf-8", "surrogateescape"), shown).run()
         directives, pos = self._block(tokens, 0, shown, top=True)
         assert pos == len(tokens)
         return directives
@@ -243,6 +304,7 @@ class _Builder:
             if tok.kind == ";":
                 if not words:
                     raise ParseError(file, tok.line, 'unexpected ";"')
+                self.budget.spend_directive(file, words[0].line)
                 d = _directive(words, file)
                 d.end_line = tok.line
                 out.extend(self._include(d) if d.name == "include" else [d])
@@ -250,6 +312,7 @@ class _Builder:
             elif tok.kind == "{":
                 if not words:
                     raise ParseError(file, tok.line, 'unexpected "{"')
+                self.budget.spend_directive(file, words[0].line)
                 self.blocks += 1
                 if self.blocks > MAX_BLOCK_DEPTH:
                     raise ParseError(file, tok.line, f"blocks nested deeper than {MAX_BLOCK_DEPTH}")
@@ -276,9 +339,10 @@ class _Builder:
         if len(d.args) != 1:
             raise ParseError(d.file, d.line, 'invalid number of arguments in "include" directive')
         pattern = d.args[0]
+        refuse_walking_glob(pattern, d)  # before _find globs anything
         full = self._find(pattern)
         if glob.has_magic(full):
-            paths = sorted(glob.glob(full))
+            paths = self._glob(full, d)
         else:
             if not os.path.exists(full):
                 if os.path.basename(full) in NGINX_SHIPPED:
@@ -292,7 +356,7 @@ class _Builder:
             out: list[Directive] = []
             for path in paths:
                 shown = os.path.relpath(path, self.base_dir) if not os.path.isabs(pattern) else path
-                out.extend(self.parse_file(path, shown))
+                out.extend(self.parse_file(path, shown, (d.file, d.line)))
             return out
         finally:
             self.depth -= 1
@@ -313,12 +377,38 @@ class _Builder:
             directory = self.base_dir
             for _ in range(MAX_CONF_DIR_UP):
                 candidate = os.path.join(directory, tail)
-                if glob.glob(candidate) if glob.has_magic(candidate) else os.path.exists(candidate):
+                if (
+                    next(glob.iglob(candidate), None) is not None
+                    if glob.has_magic(candidate)
+                    else os.path.exists(candidate)
+                ):
                     if os.path.isabs(pattern):
                         self.notes.append(f"include {pattern}: read {os.path.relpath(candidate, self.base_dir)}")
                     return candidate
                 directory = os.path.dirname(directory)
         return pattern if os.path.isabs(pattern) else os.path.join(self.base_dir, pattern)
+
+    def _glob(self, pattern: str, d: Directive) -> list[str]:
+        """The paths ``pattern`` matches, sorted as glob(3) sorts them, within the budget."""
+        refuse_walking_glob(pattern, d)
+        paths: list[str] = []
+        for path in glob.iglob(pattern):
+            self.budget.spend_match(d.file, d.line)
+            paths.append(path)
+        return sorted(paths)
+
+
+def refuse_walking_glob(pattern: str, d: Directive) -> None:
+    """``ParseError`` at ``d`` for a glob with wildcards in more than ``MAX_GLOB_WILDCARD_PARTS``
+    path components; call it before anything globs ``pattern``, as nothing lists a directory here."""
+    wild = [part for part in pattern.split(os.sep) if glob.has_magic(part)]
+    if len(wild) > MAX_GLOB_WILDCARD_PARTS:
+        raise ParseError(
+            d.file,
+            d.line,
+            f'the glob "{pattern}" has wildcards in {len(wild)} path components (at most '
+            f"{MAX_GLOB_WILDCARD_PARTS}): it would walk a directory tree",
+        )
 
 
 def parse_config(path: str) -> list[Directive]:

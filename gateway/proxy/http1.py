@@ -30,6 +30,8 @@ from typing import Any
 
 import httptools
 
+from gateway.config.tls import MAX_PEM_BYTES
+from gateway.files import read_bounded
 from gateway.logs import error as errorlog
 from gateway.proxy.spool import ResponseSpool
 
@@ -567,7 +569,10 @@ class UpstreamConnections:
         self.ssl_context: ssl.SSLContext | None = None
         self.tls_server_name = tls_server_name  # SNI and the name verified (nginx's proxy_ssl_name)
         if scheme == "https":
-            context = ssl.create_default_context(cafile=tls_ca)  # tls_ca: only that CA bundle is trusted
+            # tls_ca: only that CA bundle is trusted; read within its bound, as the check read it (a
+            # file swapped for a FIFO since cannot block the loop, nor a device grow the process)
+            cadata = None if tls_ca is None else read_bounded(tls_ca, MAX_PEM_BYTES).decode("ascii", "replace")
+            context = ssl.create_default_context(cadata=cadata)
             if not tls_verify:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE

@@ -13,8 +13,8 @@ from gateway.config.store import RedisSpec
 from gateway.errors import StoreUnavailable
 from gateway.limits import nginx_req
 from gateway.plan import load_config_text
-from gateway.store.redis import store as redis_store
 from gateway.store.redis import RedisStore
+from gateway.store.redis import store as redis_store
 
 CONFIG = """
 zones:
