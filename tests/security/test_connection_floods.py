@@ -35,8 +35,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.certs import TestCA
-from tests.helpers import ROOT, Gateway, RawUpstream, basic_config, free_port, wait_port
+from tests.support.certs import TestCA
+from tests.support.config import basic_config
+from tests.support.gateway import Gateway
+from tests.support.paths import ROOT
+from tests.support.ports import free_port, wait_port
+from tests.support.upstreams import HeadEchoUpstream
 
 pytestmark = [
     pytest.mark.slow,
@@ -85,8 +89,8 @@ def many_files() -> Iterator[None]:
 
 
 @pytest.fixture
-def raw_upstream() -> Iterator[RawUpstream]:
-    up = RawUpstream().start()
+def raw_upstream() -> Iterator[HeadEchoUpstream]:
+    up = HeadEchoUpstream().start()
     yield up
     up.stop()
 
@@ -316,7 +320,7 @@ def partial_client_hello() -> bytes:
     return outgoing.read()[:40]
 
 
-def tls_config(tls_port: int, ca: TestCA, upstream: RawUpstream) -> Callable[[int], str]:
+def tls_config(tls_port: int, ca: TestCA, upstream: HeadEchoUpstream) -> Callable[[int], str]:
     cert = ca.issue("site", "site.test")
 
     def config(port: int) -> str:

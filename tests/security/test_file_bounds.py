@@ -24,7 +24,10 @@ import pytest
 from gateway.bans.blocklist import MAX_BYTES, parse_blocklist
 from gateway.files import FileRefused, FileTooLarge, bounded_lines, read_bounded
 from gateway.nginxconf.parser import MAX_TOTAL_BYTES
-from tests.helpers import ROOT, Gateway, Upstream, cli, free_port
+from tests.support.gateway import Gateway, cli
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
+from tests.support.upstreams import Upstream
 
 MB = 1024 * 1024
 SMALL_RSS_KB = 150 * 1024  # the CLI at rest is some 45 MB: a refusal stays near it

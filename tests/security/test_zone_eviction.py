@@ -250,7 +250,7 @@ routes:
 
 @pytest.mark.parametrize("workers", [1, 2])  # 2: the master's store, through the shared store
 async def test_a_flood_through_the_gateway_does_not_lift_a_zone_ban(gateway_factory, upstream, workers):
-    from tests.helpers import free_port
+    from tests.support.ports import free_port
 
     admin_port = free_port()
     gw = gateway_factory(lambda port: ban_config(port, upstream.address, admin_port, workers))

@@ -238,7 +238,7 @@ def test_hostile_configs_are_refused_with_a_line_not_a_crash(tmp_path: Path) -> 
 
 
 def test_tls_listen_and_certificates_translate_and_http2_is_served_as_http1(tmp_path: Path) -> None:
-    from tests.certs import TestCA
+    from tests.support.certs import TestCA
 
     issued = TestCA(tmp_path / "ca").issue("a", "a.test")
     conf = tmp_path / "nginx.conf"

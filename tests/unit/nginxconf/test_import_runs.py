@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from gateway.cli.commands import main
-from tests.certs import TestCA
+from tests.support.certs import TestCA
 
 APP = "proxy_pass http://127.0.0.1:9000;"
 
