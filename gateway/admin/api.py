@@ -8,7 +8,8 @@
     GET    /status/page.js, /status/page.css, /favicon.ico   the page's own files (no token needed)
     GET    /status            JSON: version, pid, store, Redis circuit, zones, bans
     GET    /status/activity   JSON for the status page: per-zone passed/delayed/rejected per 10 s
-                              bucket, the most rejected keys, upstream health, the Redis circuit,
+                              bucket, per-route requests, app 5xx and upstream time per bucket,
+                              the most rejected keys, upstream health, the Redis circuit,
                               the config hash and reload time (gateway/metrics/activity.py)
     GET    /bans              JSON list of bans in force, sorted by target; X-Total-Count: how many
                               match. ?match=10.0.0.0/8 &reason=feed &limit=100 &offset=0

@@ -74,13 +74,13 @@ class GatewayServer:
         self.reuse_port = reuse_port
         self.upstreams = Upstreams()
         self.sink = LogSink(config.spec.log.access)
-        self.access_log = AccessLog(config.spec.log.format, self.sink)
+        self.activity = Activity()  # what the status page shows (per process)
+        self.access_log = AccessLog(config.spec.log.format, self.sink, self.activity.response)
         self.store = make_store(config.spec)
         self.store.configure(config.spec.zones)
         self.banlist = BanList()
         self.node: Node | None = None  # the bans, and the admin API and metrics listener it serves
         self.serves_admin = not reuse_port  # with several workers, the master serves it
-        self.activity = Activity()  # what the status page shows (per process)
         self.config_info = ConfigInfo(config_path)
         limiter = Limiter(self.store, self.activity)
         self.pipeline = Pipeline(config, self.upstreams, self.access_log, limiter, self.banlist)
@@ -288,7 +288,7 @@ class GatewayServer:
             if new.log.access != old.log.access:
                 self.sink.close()
                 self.sink = LogSink(new.log.access)
-            self.access_log = AccessLog(new.log.format, self.sink)
+            self.access_log = AccessLog(new.log.format, self.sink, self.activity.response)
             self.pipeline.access_log = self.access_log
         self.config = fresh
         self.pipeline.config = fresh
