@@ -18,6 +18,7 @@ import argparse
 import sys
 
 from gateway.admin import token as admin_token
+from gateway.config.paths import runtime_dir
 from gateway.plan import load_config
 
 
@@ -36,6 +37,9 @@ def run_token(args: argparse.Namespace) -> int:
             print(f"the admin token is admin.token in {spec.file} (gateway token --show prints it)")
         return 0
     path = admin_token.token_path(spec.admin.token_file, spec.admin.listen[1])
+    moved = runtime_dir().fallback_reason
+    if spec.admin.token_file is None and moved is not None:
+        print(f"gateway: note: runtime directory: {moved}: not using it", file=sys.stderr)
     try:
         if args.rotate:
             token = admin_token.rotate(path)
