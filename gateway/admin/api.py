@@ -1,12 +1,15 @@
 """The admin API, on ``admin.listen`` (default 127.0.0.1:9180), for operators and the CLI.
 
     GET    /healthz           "ok"                                    (no token needed)
-    GET    /readyz            {"ready": true} or 503 {"ready": false, "reason": ...}  (no token needed)
+    GET    /readyz            {"ready": true} or 503 {"ready": false, "reason": ...}  (no token needed); with
+                              Redis, "redis": "up"|"down" and "on_error": 503 only while draining or with
+                              Redis down under on_error: deny (the node refuses requests then)
     GET    /                  the status page (HTML without data; its script asks for the token)
     GET    /status/page.js, /status/page.css, /favicon.ico   the page's own files (no token needed)
     GET    /status            JSON: version, pid, store, Redis circuit, zones, bans
     GET    /status/activity   JSON for the status page: per-zone passed/delayed/rejected per 10 s
-                              bucket, the most rejected keys, upstream health, the Redis circuit,
+                              bucket, per-route requests, app 5xx and upstream time per bucket,
+                              the most rejected keys, upstream health, the Redis circuit,
                               the config hash and reload time (gateway/metrics/activity.py)
     GET    /bans              JSON list of bans in force, sorted by target; X-Total-Count: how many
                               match. ?match=10.0.0.0/8 &reason=feed &limit=100 &offset=0
@@ -92,11 +95,13 @@ class AdminApi:
         self.ban_handlers = BanHandlers(bans, config)
         self.reload = reload
         self.status = status
-        self.token = token
+        # the token in force: admin.token, or the one in token_file, followed when it is rotated
+        self.current = admin_token.Current(token_file, token) if token_file is not None else None
+        self._token = token
         self.config = config  # the configuration in force
         self.serving = serving
         self.loopback = loopback  # the listener is on loopback: Host must be a loopback name
-        self.token_file = token_file  # where the generated token was published (None: admin.token)
+        self.token_file = token_file  # where the generated token is kept (None: admin.token)
         self.activity = activity  # the status page's data (None: this process has none)
         self.started = time.time()
         self.runner: web.AppRunner | None = None
@@ -123,14 +128,17 @@ class AdminApi:
         app.router.add_get("/metrics", self._metrics)
         return app
 
+    @property
+    def token(self) -> str:
+        """The token calls must carry now."""
+        return self.current.get() if self.current is not None else self._token
+
     async def start(self, host: str, port: int) -> None:
-        """Listen, then publish the generated token (if any); raises OSError or TokenFileError."""
+        """Listen; raises OSError."""
         self.runner = web.AppRunner(self.app(), access_log=None)
         await self.runner.setup()
         try:
             await web.TCPSite(self.runner, host, port, reuse_address=True).start()
-            if self.token_file is not None:
-                admin_token.publish(self.token_file, self.token)
         except BaseException:
             await self.runner.cleanup()
             self.runner = None
@@ -143,8 +151,6 @@ class AdminApi:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
-            if self.token_file is not None:
-                admin_token.withdraw(self.token_file, self.token)
 
     # -- before any handler: browser checks, then the token (auth.py) ----------------------------
     @web.middleware
@@ -179,14 +185,34 @@ class AdminApi:
         return web.Response(text="ok\n")
 
     async def _readyz(self, request: web.Request) -> web.Response:
+        """Ready while the node serves by its policy: a Redis outage makes it not ready only with
+        ``on_error: deny``, where every limited request would be refused; the body says how Redis is."""
         if not self.serving():
             return json_reply({"ready": False, "reason": "not serving (starting or shutting down)"}, 503)
-        if isinstance(self.bans, RedisBans):
-            try:
-                await asyncio.wait_for(self.bans.client.ping(), READY_TIMEOUT_S)
-            except Exception as exc:
-                return json_reply({"ready": False, "reason": f"Redis is unreachable ({type(exc).__name__})"}, 503)
-        return json_reply({"ready": True})
+        redis = self.config().store.redis
+        if redis is None:
+            return json_reply({"ready": True})
+        down = await self._redis_down()
+        body: dict[str, Any] = {"ready": True, "redis": "down" if down else "up", "on_error": redis.on_error}
+        if down is None:
+            return json_reply(body)
+        body["redis_error"] = down
+        if redis.on_error == "deny":
+            body["ready"] = False
+            body["reason"] = f"Redis is unreachable ({down}) and store.redis.on_error is deny: requests are refused"
+            return json_reply(body, 503)
+        body["reason"] = f"Redis is unreachable ({down}); serving by on_error: {redis.on_error}"
+        return json_reply(body)
+
+    async def _redis_down(self) -> str | None:
+        """Why Redis does not answer a PING within READY_TIMEOUT_S (None: it does)."""
+        if not isinstance(self.bans, RedisBans):
+            return None  # no client here to ask (bans come from elsewhere)
+        try:
+            await asyncio.wait_for(self.bans.client.ping(), READY_TIMEOUT_S)
+        except Exception as exc:
+            return type(exc).__name__
+        return None
 
     async def _status(self, request: web.Request) -> web.Response:
         body = {"version": __version__, "pid": os.getpid(), "uptime_s": round(time.time() - self.started, 1)}
@@ -262,10 +288,14 @@ async def serve_admin(
     """Start the admin API on ``admin.listen`` (None, logged, when it cannot start)."""
     assert spec.admin.listen is not None
     host, port = spec.admin.listen
-    token, token_file = spec.admin.token, None
+    token, token_file, created = spec.admin.token, None, False
     if token is None:
-        token = admin_token.new_token()
         token_file = admin_token.token_path(spec.admin.token_file, port)
+        try:
+            token, created = admin_token.load_or_create(token_file)
+        except admin_token.TokenFileError as exc:
+            log.error("admin API not started: %s", exc)
+            return None
     api = AdminApi(
         bans,
         reload,
@@ -284,10 +314,8 @@ async def serve_admin(
     except OSError as exc:
         log.error("admin API not started: bind() to %s:%s failed (%s)", host, port, exc.strerror)
         return None
-    except admin_token.TokenFileError as exc:
-        log.error("admin API not started: %s", exc)
-        return None
     log.log(errorlog.NOTICE, "admin API on %s:%s", host, port)
     if token_file is not None:
-        log.log(errorlog.NOTICE, "admin API token (generated) in %s", token_file)
+        how = "new" if created else "kept from before"
+        log.log(errorlog.NOTICE, "admin API token (%s) in %s; `gateway token --rotate` replaces it", how, token_file)
     return api

@@ -1,10 +1,14 @@
 """The admin API's generated token: where it lives, and how it is written, read and removed.
 
-With no ``admin.token`` configured, the process that serves the admin API makes a
-random token at start, writes it to ``admin.token_file`` (readable by its user
-only) and removes it at exit; the CLI reads it from there. The file's directory
-must be ours and writable by nobody else, or someone could swap the file (a
-symlink or a planted token in a shared /tmp): such a directory is refused.
+With no ``admin.token`` configured, the process that serves the admin API uses the
+token in ``admin.token_file`` (default: ``admin-<port>.token`` in the runtime directory,
+``gateway/config/paths.py``), or makes a random one there when there is none (readable by
+its user only). The file outlives the process: a restart keeps the token, so a scraper's
+``credentials_file`` and the status page's session stay valid, until the file is deleted
+or ``gateway token --rotate`` writes a new one (the running gateway takes it at its next
+admin call: ``Current``). The CLI reads it from there. The file's directory must be ours
+and writable by nobody else, or someone could swap the file (a symlink or a planted token
+in a shared /tmp): such a directory is refused.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ import errno
 import os
 import secrets
 import stat
-import tempfile
+from dataclasses import dataclass, field
 
+from gateway.config.paths import make_private_dir, runtime_dir
 from gateway.config.validate import valid_token
 
 TOKEN_BYTES = 32
@@ -31,11 +36,9 @@ def new_token() -> str:
 
 
 def default_token_path(port: int) -> str:
-    """``$XDG_RUNTIME_DIR/gateway/admin-<port>.token``, else ``<tmp>/gateway-<uid>/admin-<port>.token``."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isdir(runtime):
-        return os.path.join(runtime, "gateway", f"admin-{port}.token")
-    return os.path.join(tempfile.gettempdir(), f"gateway-{os.getuid()}", f"admin-{port}.token")
+    """``admin-<port>.token`` in the runtime directory (``$XDG_RUNTIME_DIR/gateway``, else
+    ``<tmp>/gateway-<uid>``, or the private fallback when that one is not ours)."""
+    return os.path.join(runtime_dir().path, f"admin-{port}.token")
 
 
 def token_path(configured: str | None, port: int) -> str:
@@ -62,6 +65,53 @@ def publish(path: str, token: str) -> None:
         raise TokenFileError(f"cannot write the admin token file {path}: {exc.strerror}") from None
     finally:
         os.close(dir_fd)
+
+
+def load_or_create(path: str) -> tuple[str, bool]:
+    """The token in ``path``, or a new one written there when the file is missing or unusable (not a
+    token, or writable by others); returns (token, whether it is new). TokenFileError: the
+    directory cannot be used."""
+    try:
+        return read(path), False
+    except TokenFileError:
+        pass  # missing or unusable: replaced (publish refuses a directory that is not ours)
+    return rotate(path), True
+
+
+def rotate(path: str) -> str:
+    """Write a new token to ``path`` and return it."""
+    token = new_token()
+    publish(path, token)
+    return token
+
+
+@dataclass
+class Current:
+    """The token a running admin API accepts: the one in its file, re-read when the file changes
+    (``gateway token --rotate``); a file that is gone or unusable keeps the last good token."""
+
+    path: str
+    token: str
+    _seen: tuple[int, int, int] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._seen = _identity(self.path)
+
+    def get(self) -> str:
+        seen = _identity(self.path)
+        if seen is not None and seen != self._seen:
+            self._seen = seen
+            with contextlib.suppress(TokenFileError):  # unusable: the last good token stays
+                self.token = read(self.path)
+        return self.token
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def read(path: str) -> str:
@@ -91,26 +141,10 @@ def read(path: str) -> str:
     return token
 
 
-def withdraw(path: str, token: str) -> None:
-    """Remove ``path`` if it still holds ``token`` (a newer process may have replaced it)."""
-    try:
-        if read(path) == token:
-            directory, name = os.path.split(os.path.abspath(path))
-            dir_fd = _open_private_dir(directory, create=False)
-            try:
-                os.unlink(name, dir_fd=dir_fd)
-            finally:
-                os.close(dir_fd)
-    except (TokenFileError, OSError):
-        pass
-
-
 def _open_private_dir(directory: str, *, create: bool) -> int:
     if create:
         try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            pass
+            make_private_dir(directory)
         except OSError as exc:
             raise TokenFileError(f"cannot create {directory} for the admin token: {exc.strerror}") from None
     try:

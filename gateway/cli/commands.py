@@ -10,6 +10,8 @@
     gateway unban <ip|cidr> | --file blocklist.txt [-c ...]
     gateway bans [--match 10.0.0.0/8] [--reason TEXT] [--limit 100] [--offset 0] [--json] [-c ...]
     gateway zone show|reset ZONE KEY [-c ...]    one key's limit state (admin API /zones/ZONE/KEY)
+    gateway token [--show] [--rotate] [-c ...]   where the admin token is (--show: the token; --rotate:
+                                                 a new one, taken by the running gateway at its next call)
     gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
     gateway import-nginx <nginx.conf> [-o limits.yaml]
     gateway replay <access.log> [-c limits.yaml] [--format F] [--json] [--html report.html]
@@ -37,6 +39,7 @@ from gateway import __version__
 from gateway.background import spawn
 from gateway.config.overrides import Overrides
 from gateway.config.paths import default_path as default_pid_path
+from gateway.config.paths import runtime_dir
 from gateway.errors import ConfigErrors, GatewayError
 from gateway.logs import error as errorlog
 from gateway.plan import load_config
@@ -118,6 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     zone.add_argument("key", help="the key as text: a client IP for $binary_remote_addr zones")
     zone.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
 
+    token = sub.add_parser("token", help="where the admin API's token is; --show prints it, --rotate replaces it")
+    token.add_argument("--show", action="store_true", help="print the token itself")
+    token.add_argument("--rotate", action="store_true", help="write a new token (the old one stops working)")
+    token.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
+
     demo = sub.add_parser("demo-upstream", help="run a small echo upstream to try the gateway with")
     demo.add_argument(
         "--listen",
@@ -162,6 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gateway.replay.command import run_replay
 
             return run_replay(args)
+        if args.command == "token":
+            from gateway.cli.token import run_token
+
+            return run_token(args)
         if args.command == "stop":
             from gateway.cli.signals import run_stop
 
@@ -221,6 +233,9 @@ def _run(args: argparse.Namespace) -> int:
     errorlog.configure(spec.log.error, spec.log.level)
     for warning in spec.warnings:
         errorlog.log.warning("%s", warning)
+    moved = runtime_dir().fallback_reason
+    if moved is not None and not args.worker:
+        errorlog.log.warning("runtime directory: %s: not using it; using %s instead", moved, runtime_dir().path)
     from gateway.edge import raise_fd_limit
 
     if not args.worker:

@@ -1,25 +1,94 @@
-"""Default paths the configuration resolves: the pid file's.
+"""Default paths the configuration resolves: the runtime directory, and the pid file in it.
 
 They sit with the configuration because ``pid:`` is resolved when a file is read, and the
-commands that find a running gateway (``stop``, ``reload``) resolve it the same way.
+commands that find a running gateway (``stop``, ``reload``, ``token``) resolve them the same way.
+
+The runtime directory holds the default pid file and the generated admin token:
+``$XDG_RUNTIME_DIR/gateway``, else ``<tmp>/gateway-<uid>``. In a shared /tmp anyone can create
+``gateway-<uid>`` first; a directory there that is not ours (another owner, a symbolic link,
+not a directory, writable by others) is never used. The gateway then falls back to a private
+one, ``$XDG_STATE_HOME/gateway/run`` (default ``~/.local/state/gateway/run``), and says so
+(``runtime_dir().fallback_reason``); the CLI, which resolves the same way, finds it there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import stat
 import tempfile
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RuntimeDir:
+    """The runtime directory to use, and why it is the fallback (None: it is the usual one)."""
+
+    path: str
+    fallback_reason: str | None = None
+
+
+def primary_runtime_dir() -> str:
+    """``$XDG_RUNTIME_DIR/gateway`` when that variable names a directory, else ``<tmp>/gateway-<uid>``."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "gateway")
+    return os.path.join(tempfile.gettempdir(), f"gateway-{os.getuid()}")
+
+
+def fallback_runtime_dir() -> str:
+    """``$XDG_STATE_HOME/gateway/run``, default ``~/.local/state/gateway/run``: under the user's home,
+    where no other user can create it first."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if not state or not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "gateway", "run")
+
+
+def unsafe_reason(path: str) -> str | None:
+    """Why ``path`` must not be used as a private directory; None when it is ours (or absent)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be examined ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != os.getuid():
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def runtime_dir() -> RuntimeDir:
+    """The runtime directory: the usual one unless it exists and is not safely ours (see above)."""
+    primary = primary_runtime_dir()
+    reason = unsafe_reason(primary)
+    if reason is None:
+        return RuntimeDir(primary)
+    return RuntimeDir(fallback_runtime_dir(), reason)
+
+
+def make_private_dir(path: str) -> None:
+    """Create ``path`` mode 0700 (its missing parents too) when it does not exist; an existing one is
+    left as it is, for the caller to check. Raises OSError."""
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
 
 
 def default_path(config_file: str) -> str:
     absolute = os.path.abspath(config_file)
     stem = os.path.splitext(os.path.basename(absolute))[0] or "gateway"
     digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    name = f"{stem}-{digest}.pid"
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isdir(runtime):
-        return os.path.join(runtime, "gateway", name)
-    return os.path.join(tempfile.gettempdir(), f"gateway-{os.getuid()}", name)
+    return os.path.join(runtime_dir().path, f"{stem}-{digest}.pid")
 
 
 def resolve(configured: str | None, config_file: str) -> str:

@@ -272,6 +272,7 @@ def _render_json(fields: Fields) -> str:
 
 
 _count = STATS.request
+Observer = Callable[[str, int, str, str], None]  # (route label, status, $upstream_addr, $upstream_response_time)
 
 
 class LogSink:
@@ -340,9 +341,10 @@ class LogSink:
 class AccessLog:
     """Formats one line per request and hands it to a sink."""
 
-    def __init__(self, fmt: str, sink: LogSink) -> None:
+    def __init__(self, fmt: str, sink: LogSink, observer: Observer | None = None) -> None:
         self.sink = sink
         self.fmt = fmt
+        self.observer = observer  # the status page's per-route counts (metrics/activity.py)
         self._clock = _Clock()
         if fmt == "json":
             self._render: Callable[[Fields], str] = _render_json
@@ -356,7 +358,10 @@ class AccessLog:
         if ctx is not None:
             route = ctx.route
             status = ctx.status or (response.status if response is not None else 0)
-            _count(route.label if route is not None else "", status, elapsed)
+            label = route.label if route is not None else ""
+            _count(label, status, elapsed)
+            if self.observer is not None:
+                self.observer(label, status, ctx.upstream_addr, ctx.upstream_time)
         else:
             _count("", response.status if response is not None else 0, elapsed)
         if not self.sink.enabled:

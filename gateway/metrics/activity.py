@@ -9,7 +9,12 @@
   whole window) is dropped at once, so a flood of distinct keys costs O(log n) per key amortised
   and the memory stays bounded.
 
-A zone quiet for the whole window (or removed by a reload) is dropped at the next snapshot.
+* Per route, in the same buckets: the responses, those that tell the app is failing (a 5xx
+  that came from, or for want of, the upstream: not a limit's or a ban's refusal), and the
+  upstream response time (sum and count, in ms): "is the app failing, or are we limiting?"
+  is then the routes' 5xx beside the zones' rejections.
+
+A zone or route quiet for the whole window (or removed by a reload) is dropped at the next snapshot.
 
 Wall-clock buckets make the state of several worker processes mergeable: ``snapshot()`` is plain
 JSON, and ``merge()`` sums snapshots bucket by bucket (the master serves the page, the workers
@@ -69,6 +74,43 @@ class ZoneSeries:
         return out
 
 
+ROUTE_FIELDS = ("requests", "app_5xx", "upstream_n", "upstream_ms")
+
+
+class RouteSeries:
+    """The ring of one route: ``counts[4 * slot + field]`` (``ROUTE_FIELDS``), ``stamps[slot]``."""
+
+    __slots__ = ("counts", "stamps")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (4 * BUCKETS)
+        self.stamps = [-1] * BUCKETS
+
+    def add(self, bucket: int, app_error: bool, upstream_ms: int | None) -> None:
+        slot = bucket % BUCKETS
+        at = 4 * slot
+        counts = self.counts
+        if self.stamps[slot] != bucket:
+            self.stamps[slot] = bucket
+            counts[at] = counts[at + 1] = counts[at + 2] = counts[at + 3] = 0
+        counts[at] += 1
+        if app_error:
+            counts[at + 1] += 1
+        if upstream_ms is not None:
+            counts[at + 2] += 1
+            counts[at + 3] += upstream_ms
+
+    def series(self, end: int) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {name: [0] * BUCKETS for name in ROUTE_FIELDS}
+        for i in range(BUCKETS):
+            bucket = end - BUCKETS + 1 + i
+            slot = bucket % BUCKETS
+            if self.stamps[slot] == bucket:
+                for field, name in enumerate(ROUTE_FIELDS):
+                    out[name][i] = self.counts[4 * slot + field]
+        return out
+
+
 class KeyEntry:
     __slots__ = ("client", "count", "last")
 
@@ -85,6 +127,7 @@ class Activity:
         self.clock = clock
         self.zones: dict[str, ZoneSeries] = {}
         self.keys: dict[str, dict[bytes, KeyEntry]] = {}
+        self.routes: dict[str, RouteSeries] = {}
 
     def _series(self, zone: str) -> ZoneSeries:
         series = self.zones.get(zone)
@@ -95,6 +138,23 @@ class Activity:
     # -- the request path ------------------------------------------------------------------------
     def record(self, zone: str, outcome: int) -> None:
         self._series(zone).add(int(self.clock()) // BUCKET_S, outcome)
+
+    def response(self, route: str, status: int, upstream_addr: str, upstream_time: str) -> None:
+        """One response of ``route`` (its label; "" when none matched), as the access log sees it.
+
+        It tells the app is failing when it is a 5xx and an upstream was tried (``upstream_addr``),
+        or none was live (502, 504): a limit's or a ban's refusal never reaches an upstream."""
+        series = self.routes.get(route)
+        if series is None:
+            series = self.routes[route] = RouteSeries()
+        upstream_ms: int | None = None
+        if upstream_time:
+            try:
+                upstream_ms = round(float(upstream_time.rpartition(", ")[2]) * 1000)
+            except ValueError:
+                upstream_ms = None
+        app_error = status >= 500 and (bool(upstream_addr) or status in (502, 504))
+        series.add(int(self.clock()) // BUCKET_S, app_error, upstream_ms)
 
     def reject(self, zone: str, key: bytes, client: object) -> None:
         now = self.clock()
@@ -156,6 +216,9 @@ class Activity:
         for name in [name for name, series in zones.items() if not any(map(any, series.values()))]:
             del zones[name], self.zones[name]  # quiet for the whole window (or gone with a reload)
             self.keys.pop(name, None)
+        routes = {name: series.series(end) for name, series in self.routes.items()}
+        for name in [name for name, series in routes.items() if not any(series["requests"])]:
+            del routes[name], self.routes[name]
         keys: list[dict[str, Any]] = []
         for zone, table in self.keys.items():
             recent = [(key, e) for key, e in table.items() if e.last > since]
@@ -170,7 +233,7 @@ class Activity:
                         "last_ms": int(entry.last * 1000),
                     }
                 )
-        return {"bucket_s": BUCKET_S, "end_bucket": end, "zones": zones, "top_keys": _top(keys)}
+        return {"bucket_s": BUCKET_S, "end_bucket": end, "zones": zones, "routes": routes, "top_keys": _top(keys)}
 
 
 def _shrink(table: dict[bytes, KeyEntry], now: float) -> None:
@@ -250,6 +313,7 @@ def merge(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
     snaps = list(snapshots)
     end = max((s["end_bucket"] for s in snaps), default=int(time.time()) // BUCKET_S)
     zones: dict[str, dict[str, list[int]]] = {}
+    routes: dict[str, dict[str, list[int]]] = {}
     keys: dict[tuple[str, str], dict[str, Any]] = {}
     upstreams: dict[str, dict[str, dict[str, Any]]] = {}
     circuits: list[str] = []
@@ -261,6 +325,12 @@ def merge(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 values = series[outcome]
                 for i in range(shift, BUCKETS):
                     into[outcome][i - shift] += values[i]
+        for name, series in snap.get("routes", {}).items():
+            into = routes.setdefault(name, {f: [0] * BUCKETS for f in ROUTE_FIELDS})
+            for field in ROUTE_FIELDS:
+                values = series[field]
+                for i in range(shift, BUCKETS):
+                    into[field][i - shift] += values[i]
         for item in snap["top_keys"]:
             known = keys.get((item["zone"], item["key"]))
             if known is None:
@@ -285,6 +355,7 @@ def merge(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "bucket_s": BUCKET_S,
         "end_bucket": end,
         "zones": zones,
+        "routes": routes,
         "top_keys": _top(list(keys.values())),
         "upstreams": {name: list(group.values()) for name, group in upstreams.items()},
         "redis_circuit": circuit,

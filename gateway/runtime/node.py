@@ -17,12 +17,12 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gateway.admin.api import AdminApi, ReloadReply, serve_admin
+from gateway.admin.metrics_listener import serve_metrics
 from gateway.bans.local import LocalBans
 from gateway.bans.redis import RedisBans
 from gateway.bans.table import BanList
 from gateway.config.schema import ConfigSpec
 from gateway.metrics import MetricsHub
-from gateway.metrics.endpoint import serve_metrics
 from gateway.plan.compiled import CompiledConfig
 from gateway.store.base import Store
 from gateway.store.factory import SOCKET_ENV

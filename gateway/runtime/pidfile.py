@@ -83,7 +83,7 @@ def check_free(path: str) -> None:
 def write(path: str) -> bool:
     """Write our pid atomically (a temp file + rename, neither following a symlink); returns
     whether a stale file was replaced. The directory is created 0700 when missing, and refused
-    when others can write it (a neighbour could swap the file in a shared /tmp)."""
+    when others can write it or own it (a neighbour could swap the file in a shared /tmp)."""
     directory, name = os.path.split(path)
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -96,6 +96,11 @@ def write(path: str) -> bool:
             raise PidFileError(
                 f"refusing to write the pid file in {directory}: others can write that directory "
                 f"(mode {stat.S_IMODE(st.st_mode):04o})"
+            )
+        if st.st_uid not in (os.getuid(), 0):  # its owner could swap the file under us
+            raise PidFileError(
+                f"refusing to write the pid file in {directory}: it is owned by uid {st.st_uid}, "
+                f"not by this user (uid {os.getuid()}) nor root"
             )
         stale = _exists(name, dir_fd)
         temp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}"

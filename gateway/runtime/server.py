@@ -11,7 +11,8 @@ Lifecycle:
   then accept on the new listeners and stop the removed ones (``listeners.py``:
   requests in flight there finish, keep-alive connections close after theirs).
   A ``workers`` change needs the master (``supervisor.py``): a gateway started
-  with one worker runs without one, so the reload says it needs a restart;
+  with one worker runs without one, so the reload says it needs a restart, as it does
+  for every other setting only a restart applies (``restart.py``);
 * SIGTERM / SIGINT: stop accepting, close idle keep-alive connections, let
   in-flight requests finish up to ``shutdown_timeout``, then cancel the rest;
 * SIGUSR1: reopen log files, like ``nginx -s reopen``.
@@ -57,6 +58,7 @@ from gateway.runtime import notify
 from gateway.runtime.listeners import BACKLOG, BindFailed, Listeners, describe
 from gateway.runtime.node import Node, node_status
 from gateway.runtime.offloop import load_config_off_loop, release_off_loop
+from gateway.runtime.restart import restart_notes
 from gateway.store import make_store
 
 log = errorlog.log
@@ -73,13 +75,13 @@ class GatewayServer:
         self.reuse_port = reuse_port
         self.upstreams = Upstreams()
         self.sink = LogSink(config.spec.log.access)
-        self.access_log = AccessLog(config.spec.log.format, self.sink)
+        self.activity = Activity()  # what the status page shows (per process)
+        self.access_log = AccessLog(config.spec.log.format, self.sink, self.activity.response)
         self.store = make_store(config.spec)
         self.store.configure(config.spec.zones)
         self.banlist = BanList()
         self.node: Node | None = None  # the bans, and the admin API and metrics listener it serves
         self.serves_admin = not reuse_port  # with several workers, the master serves it
-        self.activity = Activity()  # what the status page shows (per process)
         self.config_info = ConfigInfo(config_path)
         limiter = Limiter(self.store, self.activity)
         self.pipeline = Pipeline(config, self.upstreams, self.access_log, limiter, self.banlist)
@@ -242,17 +244,10 @@ class GatewayServer:
             await asyncio.to_thread(self.config_info.reloaded, False)  # reads the file: off the loop
             return [str(e) for e in exc.errors], []
         notes: list[str] = []
-        if fresh.spec.workers != self.config.spec.workers and not self.reuse_port:
-            note = (
-                f"workers: {_workers_text(self.config.spec.workers)} -> {_workers_text(fresh.spec.workers)} "
-                "needs a restart: this gateway was started with one worker and runs as a single process, "
-                "without a master to start workers (start it with workers >= 2 to change them on reload)"
-            )
+        if not self.reuse_port:  # a worker's master answers the reload, with its own notes
+            notes = restart_notes(self.config.spec, fresh.spec, single_process=True)
+        for note in notes:
             log.warning("%s", note)
-            notes.append(note)
-        if fresh.spec.pid != self.config.spec.pid and not self.reuse_port:
-            notes.append(restart_note("pid"))
-            log.warning("%s", notes[-1])
         bound: dict[object, object] = {}
         if self.listeners is not None and fresh.spec.listen != self.listeners.entries:
             try:
@@ -281,8 +276,6 @@ class GatewayServer:
     def apply(self, fresh: CompiledConfig) -> None:
         old = self.config.spec
         new = fresh.spec
-        if new.metrics != old.metrics and self.serves_admin:
-            log.warning("metrics.listen changes take effect on restart, not on reload")
         if self.edge is not None:
             self.edge.configure(edge_settings(new))
             set_server_tokens(new.edge.server_tokens)
@@ -298,7 +291,7 @@ class GatewayServer:
             if new.log.access != old.log.access:
                 self.sink.close()
                 self.sink = LogSink(new.log.access)
-            self.access_log = AccessLog(new.log.format, self.sink)
+            self.access_log = AccessLog(new.log.format, self.sink, self.activity.response)
             self.pipeline.access_log = self.access_log
         self.config = fresh
         self.pipeline.config = fresh
@@ -326,11 +319,3 @@ def reload_status(errors: list[str]) -> str:
     if errors:
         return "reload failed, running the previous configuration: see the error log"
     return "serving; configuration reloaded"
-
-
-def restart_note(key: str) -> str:
-    return f"{key} changes take effect on restart, not on reload"
-
-
-def _workers_text(count: int) -> str:
-    return "auto" if count == 0 else str(count)

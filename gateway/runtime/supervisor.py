@@ -47,7 +47,8 @@ from gateway.runtime import notify
 from gateway.runtime.listeners import BindFailed, check_bindable
 from gateway.runtime.node import Node, node_status
 from gateway.runtime.offloop import load_config_off_loop, release_off_loop
-from gateway.runtime.server import reload_status, restart_note
+from gateway.runtime.restart import restart_notes
+from gateway.runtime.server import reload_status
 from gateway.store import SOCKET_ENV
 from gateway.store.memory import MemoryStore
 from gateway.store.shared import SharedStoreServer
@@ -236,7 +237,7 @@ class Supervisor:
             log.error("%s", error)
             await asyncio.to_thread(self.config_info.reloaded, False)
             return [error], []
-        notes = [restart_note("pid")] if fresh.spec.pid != self.config.spec.pid else []
+        notes = restart_notes(self.config.spec, fresh.spec, single_process=False)
         for note in notes:
             log.warning("%s", note)
         replaced: list[object] = [self.config]

@@ -1,4 +1,4 @@
-"""GET /config (secrets redacted) and GET /readyz (Redis reachable, not shutting down)."""
+"""GET /config (secrets redacted) and GET /readyz (serving by its policy, not shutting down)."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ ROUTE = """    limit_req: [{zone: tokens, burst: 5}]
     add_header: [{name: X-Secret, value: added-Secret-value}]"""
 
 
-def config(upstream: Upstream, admin: int, redis_url: str, extra: str = "") -> Callable[[int], str]:
+def config(
+    upstream: Upstream, admin: int, redis_url: str, extra: str = "", on_error: str = "local"
+) -> Callable[[int], str]:
     return support_config(
         upstream,
         admin=admin,
         token=ADMIN_TOKEN,
-        top=f'shutdown_timeout: 5s\nstore:\n  redis: {{url: "{redis_url}", timeout: 100ms, on_error: local, prefix: "t:"}}',
+        top=f'shutdown_timeout: 5s\nstore:\n  redis: {{url: "{redis_url}", timeout: 100ms, on_error: {on_error}, prefix: "t:"}}',
         zones="  tokens: {type: req, key: $binary_remote_addr, rate: 10r/s}",
         route=ROUTE,
         extra=extra,
@@ -63,20 +65,26 @@ async def test_config_is_the_active_config_with_secrets_redacted(gateway_factory
     assert body["edge"]["server_tokens"] is True
 
 
-async def test_readyz_is_not_ready_when_redis_is_unreachable_or_while_shutting_down(
+async def test_readyz_is_ready_while_the_node_serves_by_its_policy_and_not_while_shutting_down(
     gateway_factory, upstream, redis_server
 ):
     redis = redis_server
     admin = free_port()
     gw = gateway_factory(config(upstream, admin, f"redis://127.0.0.1:{redis.port}"))
     status, text = await admin_get(admin, "/readyz", token=None)
-    assert (status, json.loads(text)) == (200, {"ready": True})
+    assert (status, json.loads(text)) == (200, {"ready": True, "redis": "up", "on_error": "local"})
     redis.kill()
+    # on_error: local keeps serving and limiting: still ready (a load balancer must not drain every node)
     status, text = await admin_get(admin, "/readyz", token=None)
-    assert status == 503 and "Redis is unreachable" in json.loads(text)["reason"]
+    body = json.loads(text)
+    assert status == 200 and body["ready"] is True and body["redis"] == "down", body
+    assert "Redis is unreachable" in body["reason"] and "on_error: local" in body["reason"]
+    async with aiohttp.ClientSession() as session:
+        async with session.get(gw.url + "/served") as resp:
+            assert resp.status == 200
     redis.restart()
     for _ in range(100):
-        if (await admin_get(admin, "/readyz", token=None))[0] == 200:
+        if json.loads((await admin_get(admin, "/readyz", token=None))[1]).get("redis") == "up":
             break
         await asyncio.sleep(0.1)
     assert (await admin_get(admin, "/readyz", token=None))[0] == 200
@@ -89,3 +97,15 @@ async def test_readyz_is_not_ready_when_redis_is_unreachable_or_while_shutting_d
         status, text = await admin_get(admin, "/readyz", token=None)
         assert status == 503 and "shutting down" in json.loads(text)["reason"]
         assert (await slow).status == 200
+
+
+async def test_readyz_is_not_ready_when_redis_is_down_and_on_error_denies(gateway_factory, upstream, redis_server):
+    admin = free_port()
+    gateway_factory(config(upstream, admin, f"redis://127.0.0.1:{redis_server.port}", on_error="deny"))
+    status, text = await admin_get(admin, "/readyz", token=None)
+    assert (status, json.loads(text)) == (200, {"ready": True, "redis": "up", "on_error": "deny"})
+    redis_server.kill()
+    status, text = await admin_get(admin, "/readyz", token=None)
+    body = json.loads(text)
+    assert status == 503 and body["ready"] is False and body["redis"] == "down", body
+    assert "on_error is deny" in body["reason"]

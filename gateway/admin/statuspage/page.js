@@ -69,6 +69,26 @@ function emptyRow(tbody, columns, text) {
   tbody.appendChild(tr);
 }
 
+// -- rates over the 10 s buckets -----------------------------------------------------------------
+// Per second over the last `seconds` (a multiple of the bucket): the current, partial bucket plus
+// the part of the older ones that falls in the window, so a flood that began 5 s ago is not
+// diluted by the quiet minute before it.
+function windowSum(values, body, seconds) {
+  const bucketS = body.bucket_s;
+  const into = (body.now_ms / 1000) % bucketS;  // seconds of the current bucket elapsed
+  const n = values.length;
+  let total = values[n - 1] || 0;
+  let left = seconds - into;
+  for (let i = n - 2; i >= 0 && left > 0; i--) {
+    const part = Math.min(1, left / bucketS);
+    total += (values[i] || 0) * part;
+    left -= bucketS;
+  }
+  return total;
+}
+
+function lastSeconds(values, body, seconds) { return windowSum(values, body, seconds) / seconds; }
+
 // -- zones --------------------------------------------------------------------------------------
 function bars(series, nowMs, bucketS) {
   const n = series.passed.length;
@@ -109,19 +129,23 @@ function renderZones(body) {
     return;
   }
   const bucketS = body.bucket_s;
-  // The last minute: five whole buckets and the current, partial one.
-  const elapsed = 5 * bucketS + ((body.now_ms / 1000) % bucketS);
   for (const name of names) {
     const series = body.zones[name];
-    const last = (key) => series[key].slice(-6).reduce((a, b) => a + b, 0) / elapsed;
     const card = el('div', 'zone');
     card.dataset.zone = name;
     card.appendChild(el('h3', null, name));
     const rates = el('div', 'rates');
     for (const [key, cls, label] of [['passed', 'pass', 'pass/s'], ['delayed', 'delay', 'delay/s'], ['rejected', 'reject', 'reject/s']]) {
-      const value = last(key);
-      const box2 = el('div', 'rate ' + cls + (value === 0 ? ' zero' : ''));
-      box2.appendChild(el('span', 'n', rate(value)));
+      const recent = lastSeconds(series[key], body, 10);
+      const minute = lastSeconds(series[key], body, 60);
+      const box2 = el('div', 'rate ' + cls + (recent === 0 && minute === 0 ? ' zero' : ''));
+      box2.dataset.kind = key;
+      const now = el('span', 'n ten', rate(recent));
+      now.title = 'last 10 s';
+      box2.appendChild(now);
+      const m = el('span', 'minute', rate(minute) + ' /1m');
+      m.title = 'last minute';
+      box2.appendChild(m);
       box2.appendChild(el('span', 'l', label));
       rates.appendChild(box2);
     }
@@ -141,7 +165,7 @@ function renderKeys(body) {
     tr.dataset.key = item.key;
     tr.appendChild(el('td', 'mono', item.zone));
     tr.appendChild(el('td', 'mono key', item.key));
-    tr.appendChild(el('td', 'mono client', item.client === item.key ? '' : item.client));
+    tr.appendChild(el('td', 'mono client', item.client));
     tr.appendChild(el('td', 'num count', item.count));
     tr.appendChild(el('td', null, ago(item.last_ms)));
     const cell = el('td');
@@ -178,6 +202,31 @@ function renderBans(list, total) {
     button.addEventListener('click', () => unban(b.target));
     cell.appendChild(button);
     tr.appendChild(cell);
+    tbody.appendChild(tr);
+  }
+}
+
+// -- routes: is the app failing, or are we limiting? ------------------------------------------------
+function renderRoutes(body) {
+  const tbody = $('routes');
+  tbody.replaceChildren();
+  const routes = body.routes || {};
+  const names = Object.keys(routes).sort();
+  if (!names.length) return emptyRow(tbody, 6, 'No requests in the last 10 minutes.');
+  for (const name of names) {
+    const r = routes[name];
+    const tr = el('tr');
+    tr.dataset.route = name;
+    tr.appendChild(el('td', 'mono', name === '' ? '(no route)' : name));
+    tr.appendChild(el('td', 'num requests', rate(lastSeconds(r.requests, body, 10))));
+    tr.appendChild(el('td', 'num', rate(lastSeconds(r.requests, body, 60))));
+    const errors10 = lastSeconds(r.app_5xx, body, 10);
+    const errors60 = lastSeconds(r.app_5xx, body, 60);
+    tr.appendChild(el('td', 'num app5xx' + (errors10 > 0 ? ' bad' : ''), rate(errors10)));
+    tr.appendChild(el('td', 'num' + (errors60 > 0 ? ' bad' : ''), rate(errors60)));
+    const n = windowSum(r.upstream_n, body, 60);
+    const ms = windowSum(r.upstream_ms, body, 60);
+    tr.appendChild(el('td', 'num latency', n > 0 ? Math.round(ms / n) + ' ms' : '–'));
     tbody.appendChild(tr);
   }
 }
@@ -266,6 +315,7 @@ async function refresh() {
   const body = activity.data;
   renderHeader(body);
   renderZones(body);
+  renderRoutes(body);
   renderKeys(body);
   if (bans.status === 200) renderBans(bans.data, Number(bans.headers.get('X-Total-Count') || bans.data.length));
   renderUpstreams(body);
