@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from gateway.metrics.activity import Activity, merge
-from tests.cdp import Browser, find_chromium
+from tests.support.browser import Browser, find_chromium
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
