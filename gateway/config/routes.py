@@ -1,6 +1,6 @@
-"""``routes:`` and ``defaults:``: each route's location, its upstream or ``return``, and the
-settings a route may set itself or inherit from ``defaults`` (body limits, buffering, headers,
-and the zones it uses: ``limits``).
+"""``routes:`` and ``defaults:``: each route's location, its upstream or ``return``, its guard
+``rules`` (nginx's ``if (...) { return ...; }``), and the settings a route may set itself or
+inherit from ``defaults`` (body limits, buffering, headers, and the zones it uses: ``limits``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from gateway.config.upstreams import UpstreamSpec
 from gateway.config.zones import ZoneSpec
 from gateway.errors import KeyPath
 from gateway.http.routing import Location, parse_location
+from gateway.http.rules import Condition, parse_condition
 from gateway.http.templates import ValueTemplate, parse_body_text, parse_value
 
 
@@ -83,12 +84,21 @@ class ReturnSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RuleSpec:
+    """``{if: CONDITION, return: ...}``: nginx's ``if (CONDITION) { return ...; }``."""
+
+    condition: Condition
+    ret: ReturnSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RouteSpec:
     index: int
     location: Location
     settings: RouteSettings
     uri: str | None = None  # proxy_pass's URI part: replaces the matched prefix
     ret: ReturnSpec | None = None  # answer at once, no upstream
+    rules: tuple[RuleSpec, ...] = ()  # run in order before the limits (and before ret)
 
 
 ROUTE_SETTING_KEYS = (
@@ -115,7 +125,7 @@ ROUTE_SETTING_KEYS = (
     "proxy_set_header",
     "add_header",
 )
-ROUTE_ONLY_KEYS = ("location", "uri", "return")
+ROUTE_ONLY_KEYS = ("location", "uri", "return", "rules")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
@@ -143,7 +153,8 @@ def parse_routes(
         if ident in seen:
             r.error(path + ("location",), f'duplicate location "{location.value}" (first at {at[-1]}[{seen[ident]}])')
         seen[ident] = i
-        ret = _return(r, data["return"], path + ("return",)) if "return" in data else None
+        ret = parse_return(r, data["return"], path + ("return",)) if "return" in data else None
+        rules = parse_rules(r, data["rules"], path + ("rules",)) if "rules" in data else ()
         uri = r.field(data, "uri", path, _uri, None)
         if uri is not None and location.kind in ("regex", "regex_icase"):
             r.error(path + ("uri",), "a uri cannot be given for a location given by regular expression (as in nginx)")
@@ -151,7 +162,7 @@ def parse_routes(
             r.error(path + ("return",), "a route with return answers itself: it has no upstream nor uri")
         if "return" not in data and settings.upstream is None and defaults.upstream is None:
             r.error(path, "missing required key 'upstream' (set it here or in defaults)")
-        out.append(RouteSpec(index=i, location=location, settings=settings, uri=uri, ret=ret))
+        out.append(RouteSpec(index=i, location=location, settings=settings, uri=uri, ret=ret, rules=rules))
     if isinstance(value, list) and not items:
         r.error(at, "at least one route is required")
     return tuple(out)
@@ -250,7 +261,25 @@ def _add_header(r: Reader, value: Any, path: KeyPath) -> tuple[AddHeaderSpec, ..
     return tuple(out)
 
 
-def _return(r: Reader, value: Any, path: KeyPath) -> ReturnSpec | None:
+def parse_rules(r: Reader, value: Any, path: KeyPath) -> tuple[RuleSpec, ...]:
+    """``rules: [{if: '$request_method !~ ^(GET|HEAD)$', return: 405}, ...]``, in order."""
+    out: list[RuleSpec] = []
+    for i, item in enumerate(r.sequence(value, path)):
+        at = path + (i,)
+        data = r.mapping(item, at, ("if", "return"), required=("if", "return"))
+        if data is None or "if" not in data or "return" not in data:
+            continue
+        condition = r.field(data, "if", at, parse_condition, None)
+        ret = parse_return(r, data["return"], at + ("return",))
+        if condition is not None and ret is not None:
+            out.append(RuleSpec(condition=condition, ret=ret))
+    return tuple(out)
+
+
+def parse_return(r: Reader, value: Any, path: KeyPath) -> ReturnSpec | None:
+    """``{code: N, url: ...}``, ``{code: N, text: ...}``, ``{code: N}``, or the code alone (``403``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = {"code": value}
     data = r.mapping(value, path, ("code", "url", "text"), required=("code",))
     if data is None or "code" not in data:
         return None

@@ -27,7 +27,14 @@ from gateway.config.metrics import MetricsSpec, parse_metrics
 from gateway.config.paths import resolve as resolve_pid_path
 from gateway.config.reader import Reader, as_str, duration_ms, int_in
 from gateway.config.realip import RealIpSpec, parse_real_ip
-from gateway.config.routes import ROUTE_SETTING_KEYS, RouteSettings, RouteSpec, parse_routes, parse_settings
+from gateway.config.routes import (
+    ROUTE_SETTING_KEYS,
+    RouteSettings,
+    RouteSpec,
+    parse_routes,
+    parse_rules,
+    parse_settings,
+)
 from gateway.config.servers import ListenSpec, VirtualServerSpec, bound_addresses, parse_servers
 from gateway.config.source import Document
 from gateway.config.store import StoreSpec, parse_store
@@ -73,6 +80,7 @@ TOP_KEYS = (
     "upstreams",
     "zones",
     "defaults",
+    "rules",
     "routes",
     "servers",
     "access",
@@ -116,10 +124,16 @@ def parse_config(doc: Document) -> ConfigSpec:
             lambda value, path: parse_routes(r, value, zones, upstreams, defaults, path),
             lambda server, path: parse_tls(r, server, path, tls),
             TLS_KEYS,
+            lambda value, path: parse_rules(r, value, path),
         )
         listen = bound_addresses(servers)
+        if "rules" in data:
+            r.error(("rules",), "with servers:, rules go in each server (as nginx's if goes in a server block)")
     else:
-        servers = (VirtualServerSpec(index=0, names=(), listen=listen, default=True, routes=routes, tls=tls),)
+        rules = parse_rules(r, data["rules"], ("rules",)) if "rules" in data else ()
+        servers = (
+            VirtualServerSpec(index=0, names=(), listen=listen, default=True, routes=routes, tls=tls, rules=rules),
+        )
     check_tls(r, servers, "servers" in data)
     admin = parse_admin(r, data.get("admin"), ("admin",)) if "admin" in data else AdminSpec()
     spec = ConfigSpec(

@@ -23,7 +23,7 @@ from gateway.http.vhosts import wildcard_of
 if TYPE_CHECKING:
     from gateway.config.tls import TlsSpec
 
-SERVER_KEYS = ("server_name", "listen", "default_server", "routes")
+SERVER_KEYS = ("server_name", "listen", "default_server", "rules", "routes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,7 @@ class VirtualServerSpec:
     default: bool
     routes: tuple[Any, ...]  # RouteSpec
     tls: TlsSpec | None = None  # this server's certificates and ssl_* settings (the top level's when unset)
+    rules: tuple[Any, ...] = ()  # RuleSpec: run before a route is chosen (nginx's server rewrite phase)
 
     @property
     def name(self) -> str:
@@ -111,6 +112,7 @@ def parse_servers(
     routes_of: Callable[[Any, KeyPath], tuple[Any, ...]],
     tls_of: Callable[[dict[str, Any], KeyPath], TlsSpec | None] = lambda data, path: None,
     extra_keys: tuple[str, ...] = (),
+    rules_of: Callable[[Any, KeyPath], tuple[Any, ...]] = lambda value, path: (),
 ) -> tuple[VirtualServerSpec, ...]:
     items = r.sequence(value, ("servers",))
     if isinstance(value, list) and not items:
@@ -143,8 +145,11 @@ def parse_servers(
                 defaults_at.setdefault(addr, i)
         routes = routes_of(data["routes"], path + ("routes",)) if "routes" in data else ()
         tls = tls_of(data, path)
+        rules = rules_of(data["rules"], path + ("rules",)) if "rules" in data else ()
         out.append(
-            VirtualServerSpec(index=i, names=tuple(names), listen=listen, default=default, routes=routes, tls=tls)
+            VirtualServerSpec(
+                index=i, names=tuple(names), listen=listen, default=default, routes=routes, tls=tls, rules=rules
+            )
         )
     return tuple(out)
 

@@ -3,7 +3,8 @@
 ``{code: 301|302|303|307|308, url: ...}`` answers a redirect with ``Location``;
 ``{code: N, text: ...}`` answers the text (``text/plain``); ``{code: N}`` alone
 answers the gateway's usual short body for that status (empty for 204).
-The url and text may hold variables, rendered per request.
+The url and text may hold variables, rendered per request. Code 444 (``CLOSE``) answers
+nothing: the connection is closed, as nginx does (the pipeline does it, see ``flow``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from aiohttp import web
 from gateway.http import responses
 from gateway.http.context import RequestContext
 from gateway.http.templates import ValueFn
+
+CLOSE = 444  # nginx's NGX_HTTP_CLOSE: no response, the connection closed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,7 @@
 """The per-request flow, in order:
 
-    real client address -> route match -> access rules -> limits -> proxy -> log
+    real client address -> server rules -> route match -> access rules -> route rules
+    -> limits -> proxy -> log
 
 Each step reads the immutable plan of the current configuration (snapshotted
 once per request, so a reload never mixes two configurations in one request).
@@ -27,8 +28,9 @@ from gateway.http import responses
 from gateway.http.addheader import add_headers
 from gateway.http.context import RequestContext
 from gateway.http.realip import UNKNOWN, parse_addr
-from gateway.http.returns import answer_return
+from gateway.http.returns import CLOSE, ReturnPlan, answer_return
 from gateway.http.routing import BadURI, normalize_uri
+from gateway.http.rules import first_answer
 from gateway.http.validate import request_problem
 from gateway.logs import error as errorlog
 from gateway.logs.access import CTX_KEY, AccessLog
@@ -113,6 +115,10 @@ class Pipeline:
             ctx.uri = normalize_uri(ctx.path_only)
         except BadURI as exc:
             return responses.error(400, accept, str(exc))
+        if server.rules:  # nginx's server rewrite phase: before a location is chosen
+            ret = first_answer(server.rules, ctx)
+            if ret is not None:
+                return self._answer(request, ctx, ret, accept)
         match = server.table.match(ctx.uri)
         if match.redirect is not None:
             query = f"?{ctx.raw_query}" if ctx.raw_query else ""
@@ -130,8 +136,12 @@ class Pipeline:
             ban = self.bans.match(ctx.client, epoch_ms())
             if ban is not None:
                 return self._banned(ctx, ban, accept)
-        if route.ret is not None:  # answered here, before limits (nginx's rewrite phase)
-            return answer_return(route.ret, ctx, accept)
+        if route.answers:  # rules, then return: answered here, before limits (nginx's rewrite phase)
+            ret = first_answer(route.rules, ctx) if route.rules else None
+            if ret is None:
+                ret = route.ret
+            if ret is not None:
+                return self._answer(request, ctx, ret, accept)
         pool = pools[route.upstream]  # before any limit is taken: nothing to give back if it fails
         # 4. limits: limit_req and limit_count, the delay, then limit_conn
         admission = None
@@ -155,6 +165,20 @@ class Pipeline:
             pool.in_flight -= 1
             if admission is not None:
                 self.limiter.finish(admission)
+
+    def _answer(self, request: web.BaseRequest, ctx: RequestContext, ret: ReturnPlan, accept: str) -> web.Response:
+        if ret.code != CLOSE:
+            return answer_return(ret, ctx, accept)
+        # 444: nginx closes the connection and sends nothing (NGX_HTTP_CLOSE); the log says 444.
+        # The line is written first, then the transport aborted: aiohttp's attempt to send the
+        # placeholder fails quietly, and its log call finds the request logged already.
+        ctx.status = CLOSE
+        ctx.body_bytes_sent = 0
+        ctx.logged = True
+        self.access_log.write(ctx, request, None, time.monotonic() - ctx.started)
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=CLOSE)
 
     def _banned(self, ctx: RequestContext, ban: Ban, accept: str) -> web.Response:
         STATS.decision("", "ban", BANNED)  # a manual ban (or blocklist): no zone

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from gateway.bans.table import CidrSet, net_key
 from gateway.config.limits import LimitReqSpec, LimitUseSpec
-from gateway.config.routes import ReturnSpec, RouteSettings, RouteSpec
+from gateway.config.routes import ReturnSpec, RouteSettings, RouteSpec, RuleSpec
 from gateway.config.schema import ConfigSpec
 from gateway.config.zones import ZoneSpec
 from gateway.edge.tls import SniTable, sni_tables
@@ -28,6 +28,7 @@ from gateway.http.keys import KeyFn, compile_key
 from gateway.http.realip import Network, RealIp
 from gateway.http.returns import ReturnPlan
 from gateway.http.routing import Location, LocationTable
+from gateway.http.rules import RulePlan, compile_condition
 from gateway.http.templates import ValueFn, ValueTemplate, compile_value
 from gateway.http.vhosts import ServerTable
 from gateway.limits.params import AlgoParams, ConnParams, CountParams, ReqParams
@@ -144,6 +145,15 @@ def _return(spec: ReturnSpec | None) -> ReturnPlan | None:
     )
 
 
+def _rules(specs: tuple[RuleSpec, ...]) -> tuple[RulePlan, ...]:
+    out = []
+    for spec in specs:
+        ret = _return(spec.ret)
+        assert ret is not None
+        out.append(RulePlan(str(spec.condition), compile_condition(spec.condition), ret))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoutePlan:
     index: int
@@ -167,6 +177,8 @@ class RoutePlan:
     rewrite: UpstreamRewrite | None = None  # uri and proxy_set_header (None: neither)
     add_header: tuple[AddedHeader, ...] = ()
     ret: ReturnPlan | None = None
+    rules: tuple[RulePlan, ...] = ()  # guards: the first that holds answers (before ret)
+    answers: bool = False  # rules or ret: the request path's one test for both
     label: str = ""  # the route label of the metrics (its location, as written)
 
     @property
@@ -181,6 +193,7 @@ class ServerPlan:
     name: str
     routes: tuple[RoutePlan, ...]
     table: LocationTable[RoutePlan]
+    rules: tuple[RulePlan, ...] = ()  # run before a route is chosen (nginx's server rewrite phase)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,7 +226,7 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
     for server in spec.servers:
         plans = tuple(_route_plan(route, spec, key_fns) for route in server.routes)
         table = LocationTable([(plan.location, plan) for plan in plans])
-        servers.append(ServerPlan(name=server.name, routes=plans, table=table))
+        servers.append(ServerPlan(name=server.name, routes=plans, table=table, rules=_rules(server.rules)))
     vhosts = ServerTable([(s.names, s.listen, s.default, plan) for s, plan in zip(spec.servers, servers, strict=True)])
     return CompiledConfig(
         spec=spec,
@@ -281,6 +294,8 @@ def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -
             for a in (s.add_header if s.add_header is not None else (d.add_header or ()))
         ),
         ret=_return(route.ret),
+        rules=_rules(route.rules),
+        answers=bool(route.rules) or route.ret is not None,
         label=str(route.location),
     )
 

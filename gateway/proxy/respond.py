@@ -10,7 +10,8 @@ same rules aiohttp's ``prepare`` applies, and go to the transport through the re
   ``X-Accel-Buffering`` are dropped; a header's bytes pass as they came when they are
   UTF-8, and are read as Latin-1 and sent as UTF-8 when not (what the header dict did);
 * the route's extra headers replace the upstream's of the same name, ``add_header``
-  lines are added after them;
+  lines are added after them (``ETag`` and ``Last-Modified`` replace the upstream's, as
+  nginx's; an empty value removes them);
 * framing is ours: ``Content-Length`` when the length is known, else chunked on HTTP/1.1,
   else the end of the connection (HTTP/1.0: no keep-alive); a HEAD answer keeps the
   upstream's length, 204 and 304 have neither; no ``Content-Type`` is invented;
@@ -131,11 +132,15 @@ class Head:
         return frozenset(tokens - _DROPPED - {b""})
 
     def add(self, added: tuple[AddedHeader, ...], status: int, ctx: RequestContext) -> None:
-        """nginx's ``add_header`` (see gateway/http/addheader.py): appended, never replacing."""
+        """nginx's ``add_header`` (see gateway/http/addheader.py): appended; ``ETag`` and
+        ``Last-Modified`` replace the upstream's (an empty value removes them)."""
         listed = status in ADD_HEADER_STATUSES
         for header in added:
             if listed or header.always:
                 value = header.value(ctx)
+                if header.replaces:
+                    prefix = header.name.lower().encode("latin-1") + b":"
+                    self.lines = [line for line in self.lines if line[: len(prefix)].lower() != prefix]
                 if value:
                     self.lines.append(_str_line(header.name, value))
                     self.seen |= _SEEN.get(header.name.lower().encode("latin-1"), 0)

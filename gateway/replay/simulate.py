@@ -25,6 +25,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from gateway.http.context import RequestContext
 from gateway.http.realip import UNKNOWN, parse_addr
 from gateway.http.routing import BadURI, normalize_uri
+from gateway.http.rules import first_answer
 from gateway.limits import nginx_req
 from gateway.limits.conn import ConnDecision
 from gateway.plan.compiled import CompiledConfig, RoutePlan
@@ -45,7 +46,7 @@ class ZoneOutcome:
 @dataclass(slots=True)
 class Outcome:
     t_ms: int
-    route: str  # the location, or "(no route)", "(redirect)", "(bad uri)"
+    route: str  # the location, or "(no route)", "(redirect)", "(bad uri)", "(rule)" (a server rule answered)
     limit_req_status: str = ""
     limit_conn_status: str = ""
     limit_count_status: str = ""
@@ -104,6 +105,9 @@ class Simulator:
             out.route = "(bad uri)"
             return out
         server = self.config.single or self.config.vhosts.find(None, ctx.host)  # by $host (the log has no address)
+        if server.rules and first_answer(server.rules, ctx) is not None:
+            out.route = "(rule)"  # the server's rules answered: no route, no limit
+            return out
         match = server.table.match(ctx.uri)
         if match.route is None:
             out.route = "(redirect)" if match.redirect else "(no route)"
@@ -115,6 +119,8 @@ class Simulator:
             return out
         if (self.config.allow and ctx.client in self.config.allow) or not route.has_limits:
             return out
+        if route.rules and first_answer(route.rules, ctx) is not None:
+            return out  # a rule answers before the limits: nothing taken from a zone
         self.decide(route, ctx, req, out)
         return out
 

@@ -115,6 +115,7 @@ def _every_section(tmp: Path) -> str:
           limit_req_status: 429
         servers:
           - server_name: docs.test
+            rules: [{{if: "$request_method = TRACE", return: 405}}]
             routes:
               - location: /
                 upstream: app
@@ -127,6 +128,7 @@ def _every_section(tmp: Path) -> str:
                 limits: [{uses}]
               - location: = /old
                 return: {{code: 301, url: "https://example.com/"}}
+                rules: [{{if: $arg_x, return: {{code: 403}}}}]
         """
         )
     )

@@ -1,0 +1,41 @@
+"""``gateway replay`` with guard rules: a request a rule answers takes nothing from a zone, as in
+the gateway (server rules before the route, route rules before the limits)."""
+
+from __future__ import annotations
+
+from gateway.plan import load_config_text
+from gateway.replay.logread import Timing, line_parser, read_requests
+from gateway.replay.simulate import Outcome, Simulator
+
+TEMPLATE = '$remote_addr [$msec] "$request" $status'
+CONFIG = """
+admin: {listen: "off"}
+upstreams: {app: {servers: ["127.0.0.1:9"]}}
+zones:
+  r: {type: req, key: $remote_addr, rate: 1r/m}
+defaults:
+  limit_req: [{zone: r}]
+rules:
+  - {if: '$request_method = DELETE', return: 405}
+routes:
+  - location: /
+    upstream: app
+    rules: [{if: '$arg_drop', return: 444}]
+"""
+
+
+def outcomes(lines: list[str]) -> list[Outcome]:
+    parse, _ = line_parser(TEMPLATE)
+    return list(Simulator(load_config_text(CONFIG)).run(read_requests(lines, parse, Timing())))
+
+
+def test_requests_answered_by_rules_are_not_limited_and_do_not_count():
+    t = 1_790_000_000
+    lines = [
+        f'10.0.0.1 [{t}.000] "DELETE /a HTTP/1.1" 405',
+        f'10.0.0.1 [{t}.100] "GET /a?drop=1 HTTP/1.1" 444',
+        f'10.0.0.1 [{t}.200] "GET /a HTTP/1.1" 200',
+        f'10.0.0.1 [{t}.300] "GET /a HTTP/1.1" 503',
+    ]
+    got = [(o.route, o.limit_req_status) for o in outcomes(lines)]
+    assert got == [("(rule)", ""), ("/", ""), ("/", "PASSED"), ("/", "REJECTED")]
