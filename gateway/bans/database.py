@@ -120,7 +120,7 @@ class BanDatabase:
         """Add or replace ``bans``, in one transaction."""
         self._write(
             "INSERT OR REPLACE INTO bans (target, until_ms, reason, created_ms, by) VALUES (?, ?, ?, ?, ?)",
-            [tuple(ban) for ban in bans],
+            bans,  # a Ban is the tuple of its columns, in order
         )
 
     def remove_many(self, targets: Sequence[str]) -> None:
@@ -136,7 +136,7 @@ class BanDatabase:
             except sqlite3.Error as exc:
                 raise self._fail("write", exc) from None
 
-    def _write(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+    def _write(self, sql: str, rows: Sequence[tuple[object, ...]]) -> None:
         if not rows:
             return
         with self._lock:

@@ -61,6 +61,11 @@ class LocalBans:
         return bool(await self.remove_many([target]))
 
     async def add_many(self, bans: Sequence[Ban]) -> None:
+        # Shielded: a caller that gives up (the admin API's deadline) must not leave a change
+        # committed to the database but not in force; it completes either way.
+        await asyncio.shield(self._add_many(bans))
+
+    async def _add_many(self, bans: Sequence[Ban]) -> None:
         async with self._write_lock:
             if self.database is not None:  # committed, in one transaction, before anything is in force
                 await asyncio.to_thread(self.database.put_many, bans)
@@ -75,6 +80,9 @@ class LocalBans:
             await asyncio.sleep(0)  # a 100k import never holds the loop for long
 
     async def remove_many(self, targets: Sequence[str]) -> list[str]:
+        return await asyncio.shield(self._remove_many(targets))
+
+    async def _remove_many(self, targets: Sequence[str]) -> list[str]:
         async with self._write_lock:
             if self.database is not None:
                 await asyncio.to_thread(self.database.remove_many, targets)
