@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Sequence
 
@@ -78,9 +79,16 @@ class BanDatabase:
     def open(self) -> None:
         """Create the directory and the file if needed, check the file, switch to WAL."""
         try:
-            os.makedirs(self.state_dir, mode=0o750, exist_ok=True)
+            os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+            st = os.stat(self.state_dir)
         except OSError as exc:
             raise self._fail("create the directory of", exc) from None
+        if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_uid != os.getuid()):
+            # As for the pid file: a neighbour could put a list of bans of its own there.
+            raise BanStoreError(
+                f"refusing to keep the bans in {self.state_dir}: others can write that directory "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); give state_dir a directory of this user's own"
+            )
         try:
             conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:

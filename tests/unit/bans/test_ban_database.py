@@ -76,3 +76,12 @@ def test_writable_problem_names_a_file_in_the_way(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     assert writable_problem(str(tmp_path / "file" / "state")) == f"{tmp_path / 'file'} is not a directory"
     assert writable_problem(str(tmp_path / "new" / "state")) is None
+
+
+async def test_a_state_dir_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(BanStoreError, match="others can write"):
+        await started(shared)
+    assert list(shared.iterdir()) == []
