@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -387,22 +388,18 @@ class RedisBans:
         )
         keys = (*self._keys(), self.removed_key)
         fixed = (self.channel, LOG_MAXLEN, now, REMOVED_KEEP_MS)
-        calls: list[tuple[str, ...]] = []
-        for chunk in _chunks(removals, WRITE_CHUNK):
-            calls.append(("\n".join(t for t, _ in chunk), "\n".join(str(at) for _, at in chunk), "", "", "", ""))
-        for bans in _chunks(held, WRITE_CHUNK):
-            calls.append(
-                (
-                    "",
-                    "",
-                    "\n".join(b.target for b in bans),
-                    "\n".join(b.to_json() for b in bans),
-                    "\n".join(str(b.created_ms) for b in bans),
-                    "\n".join(str(b.until_ms) for b in bans),
-                )
-            )
+
+        def calls() -> Iterator[tuple[str, ...]]:  # the unbans first, then the bans
+            for gone in _chunks(removals, WRITE_CHUNK):
+                yield "\n".join(t for t, _ in gone), "\n".join(str(at) for _, at in gone), "", "", "", ""
+            for bans in _chunks(held, WRITE_CHUNK):
+                targets, values = "\n".join(b.target for b in bans), "\n".join(b.to_json() for b in bans)
+                made, ends = "\n".join(str(b.created_ms) for b in bans), "\n".join(str(b.until_ms) for b in bans)
+                yield "", "", targets, values, made, ends
+
         put = deleted = 0
-        for group in _chunks(calls, WRITE_PIPELINE):  # in order: the unbans before the bans
+        pending = calls()
+        while group := list(itertools.islice(pending, WRITE_PIPELINE)):  # in order, a round trip at a time
             pipe = self.client.pipeline(transaction=False)
             for call in group:
                 pipe.eval(script_source(RESTORE_SCRIPT), 5, *keys, *fixed, *call)
