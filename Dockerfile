@@ -5,6 +5,8 @@
 #   podman run -e GATEWAY_UPSTREAM=10.0.0.5:8000 -p 8080:8080 gateway
 #
 # The config is /etc/gateway/limits.yaml (conf/container.yaml; mount your own over it).
+# Bans are kept in /var/lib/gateway (state_dir in that file: set it in yours too); mount a volume
+# there to keep them across containers: -v gateway-state:/var/lib/gateway
 # GATEWAY_UPSTREAM=host:port[,host:port] replaces the servers of upstream "app".
 # Behind a TLS-intercepting proxy, mount its CA bundle into the build and name it:
 #   podman build -v /etc/ssl/certs/ca-certificates.crt:/host-ca.crt:ro --build-arg PIP_CERT=/host-ca.crt ...

@@ -80,3 +80,7 @@ class UpstreamError(GatewayError):
 
 class UpstreamTimeout(UpstreamError):
     """The upstream did not connect or answer in time (-> 504)."""
+
+
+class BanStoreError(GatewayError):
+    """The embedded store's ban database cannot be opened, read or written (its path is named)."""

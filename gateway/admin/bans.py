@@ -28,7 +28,7 @@ from gateway.bans.policy import BanPolicy
 from gateway.clock import epoch_ms
 from gateway.config.schema import ConfigSpec
 from gateway.config.units import parse_duration_ms
-from gateway.errors import StoreUnavailable
+from gateway.errors import BanStoreError, StoreUnavailable
 from gateway.logs import error as errorlog
 
 Bans = LocalBans | RedisBans
@@ -53,7 +53,10 @@ class BanHandlers:
         try:
             return await asyncio.wait_for(call, STORE_TIMEOUT_S * (1 + entries // 10_000))
         except Exception as exc:
-            log.warning("admin API: the ban list store failed: %s", type(exc).__name__)
+            log.warning(
+                "admin API: the ban list store failed: %s",
+                exc if isinstance(exc, BanStoreError) else type(exc).__name__,
+            )
             raise StoreUnavailable(STORE_DOWN) from None
 
     async def list_bans(self, request: web.Request) -> web.Response:

@@ -6,7 +6,11 @@ Keys (all in the hash slot of the first one, so each change is one atomic script
 * ``{<prefix>gateway:bans}:version``  a counter, +1 per batch of changes;
 * ``{<prefix>gateway:bans}:log``      a stream with one entry per batch, ID ``<version>-0``,
   listing the targets it touched (the last ``LOG_MAXLEN`` batches are kept);
-* ``{<prefix>gateway:bans}:expiry``   sorted set: CIDR scored by its end (timed bans only).
+* ``{<prefix>gateway:bans}:expiry``   sorted set: CIDR scored by its end (timed bans only);
+* ``{<prefix>gateway:bans}:epoch``    a random token, set by the first node that reads the list:
+  when it changes (or is gone), Redis lost the list;
+* ``{<prefix>gateway:bans}:removed``  sorted set: CIDR scored by when it was unbanned, written
+  only when a lost list is put back, and kept ``REMOVED_KEEP_MS``.
 
 A batch (up to ``WRITE_CHUNK`` bans, many batches pipelined) is one script,
 ``scripts/lua/ban_write.lua`` (the other two: ``ban_expire.lua``, ``ban_delete_if_unchanged.lua``): it writes
@@ -18,15 +22,29 @@ from the log (re-reading only the touched targets), or, if the log no longer rea
 back far enough, reads the whole hash with HSCAN in chunks. All of that runs on a
 connection of its own with its own deadline (``SYNC_TIMEOUT_S`` per call), never the
 request path's; the node keeps serving meanwhile, yielding between chunks. Every
-``sync_interval`` a node compares one counter (``GET``) and sweeps ended bans out of
-Redis through the expiry index, with no scan of the list.
+``sync_interval`` a node compares the counter and the epoch (one ``MGET``) and sweeps
+ended bans out of Redis through the expiry index, with no scan of the list.
+
+A list lost by Redis (a restart without persistence, a failover to an empty or late
+replica) shows as an epoch that changed or vanished, or a counter lower than the node's.
+The node then puts back the bans it still holds, with their own expiry, reason and
+creation time, through ``ban_restore.lua``, then reads the list again. Several nodes may
+do it at once; the rule (in the script) makes the result the same in any order: an unban
+wins over a ban created before it. Each node remembers, for ``REMOVED_KEEP_MS``, the
+targets it unbanned or heard unbanned (and does not hold since); it sends them along, so
+a node that missed an unban just before the loss cannot bring the ban back, and an entry
+is put back only where the list holds none created at the same time or later (no
+duplicate; a newer ban is kept). The count is ``restored_total``
+(``gateway_bans_restored_total``), and the error log says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import os
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from functools import cache
 from importlib import resources
@@ -58,7 +76,10 @@ SCRIPTS_PACKAGE = "gateway.lua"
 WRITE_SCRIPT = "ban_write.lua"  # one batch of adds or removes: hash, expiry index, version, log, publish
 EXPIRE_SCRIPT = "ban_expire.lua"  # the ended bans, through the expiry index, as one batch
 DELETE_IF_UNCHANGED_SCRIPT = "ban_delete_if_unchanged.lua"  # ended entries a full read found
-SCRIPTS = (WRITE_SCRIPT, EXPIRE_SCRIPT, DELETE_IF_UNCHANGED_SCRIPT)
+RESTORE_SCRIPT = "ban_restore.lua"  # put back what a node holds after Redis lost the list
+SCRIPTS = (WRITE_SCRIPT, EXPIRE_SCRIPT, DELETE_IF_UNCHANGED_SCRIPT, RESTORE_SCRIPT)
+REMOVED_KEEP_MS = 3_600_000  # how long an unban is remembered, to keep it through a loss
+REMOVED_MAX = 200_000  # unbans remembered at most (the oldest are forgotten first)
 
 
 @cache
@@ -96,6 +117,13 @@ def companion_keys(key: bytes) -> tuple[bytes, bytes, bytes]:
     """(version, log, expiry) keys in the cluster slot of ``key``."""
     tag = key if b"{" in key else b"{" + key + b"}"  # a prefix with a hash tag already pins the slot
     return tag + b":version", tag + b":log", tag + b":expiry"
+
+
+def restore_keys(key: bytes) -> tuple[bytes, bytes]:
+    """(epoch, removed) keys in the cluster slot of ``key``."""
+    version = companion_keys(key)[0]
+    tag = version[: -len(b":version")]
+    return tag + b":epoch", tag + b":removed"
 
 
 class Changes:
@@ -159,6 +187,7 @@ class RedisBans:
         self.client = client  # for writes and the sync: its own connections, not the request path's
         self.key = prefix + b"gateway:bans"
         self.version_key, self.log_key, self.expiry_key = companion_keys(self.key)
+        self.epoch_key, self.removed_key = restore_keys(self.key)
         self.channel = self.key
         self.banlist = banlist
         self.sync_interval_s = sync_interval_s
@@ -171,11 +200,45 @@ class RedisBans:
         self.last_error = ""
         self.full_syncs = 0
         self._buffer: list[Changes] | None = None  # batches heard while a read is in flight
+        self.epoch: bytes | None = None  # the list's epoch token when last read
+        self.removed: dict[str, int] = {}  # target -> when this node unbanned or heard it unbanned
+        self.losses = 0  # times this node found the list lost
+        self.restored_total = 0  # bans it put back
         self._lock = asyncio.Lock()
         self._kick = asyncio.Event()
 
     def _keys(self) -> tuple[bytes, bytes, bytes, bytes]:
         return self.key, self.expiry_key, self.version_key, self.log_key
+
+    @property
+    def following(self) -> bool:
+        """Whether this process keeps its ban table current from Redis (a serving node)."""
+        return self._subscriber is not None
+
+    # -- the local table, and what this node knows was unbanned -----------------------------------------
+    def _put(self, ban: Ban) -> None:
+        self.banlist.put(ban)
+        if self.removed:
+            self.removed.pop(ban.target, None)
+
+    def _drop(self, target: str, now_ms: int) -> None:
+        """Remove ``target`` from the table; remember the unban (not the end of a ban that ended)."""
+        held = self.banlist.bans.get(target)
+        self.banlist.remove(target)
+        if held is None or not held.active(now_ms):
+            return
+        removed = self.removed
+        removed.pop(target, None)
+        removed[target] = now_ms  # insertion order is age order
+        if len(removed) > REMOVED_MAX:
+            for old in list(removed)[: len(removed) - REMOVED_MAX]:
+                del removed[old]
+
+    def _recent_removals(self, now_ms: int) -> list[tuple[str, int]]:
+        horizon = now_ms - REMOVED_KEEP_MS
+        for target in [t for t, at in self.removed.items() if at <= horizon]:
+            del self.removed[target]
+        return list(self.removed.items())
 
     async def _call(self, call: Any) -> Any:
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result when a
@@ -203,14 +266,15 @@ class RedisBans:
             return  # the CLI: no local copy to keep
         for piece in _chunks(bans, APPLY_SLICE):
             for ban in piece:
-                self.banlist.put(ban)
+                self._put(ban)
             await asyncio.sleep(0)
 
     async def remove_many(self, targets: Sequence[str]) -> list[str]:
         found = await self._write([("-", "\n".join(chunk), "", "") for chunk in _chunks(targets, WRITE_CHUNK)])
         for chunk in _chunks(targets, APPLY_SLICE * 10):
+            now = epoch_ms()
             for target in chunk:
-                self.banlist.remove(target)
+                self._drop(target, now)
             await asyncio.sleep(0)
         return found
 
@@ -246,6 +310,8 @@ class RedisBans:
             "last_sync_ms": self.last_sync_ms,
             "last_sync_error": self.last_error or None,
             "full_syncs": self.full_syncs,
+            "losses": self.losses,
+            "restored": self.restored_total,
         }
 
     # -- following --------------------------------------------------------------------------------------
@@ -270,15 +336,84 @@ class RedisBans:
                 await asyncio.wait_for(self.client.aclose(), 1.0)
 
     async def refresh(self) -> None:
-        """Make the local copy current: nothing if the version did not move, else what changed."""
+        """Make the local copy current: nothing if the version did not move, else what changed.
+
+        A list Redis lost is put back first (``_restore``), from this node's copy."""
         async with self._lock:
-            current = int(await self._call(self.client.get(self.version_key)) or 0)
+            raw, epoch = await self._call(self.client.mget([self.version_key, self.epoch_key]))
+            current = int(raw or 0)
+            lost = self._loss(current, epoch)
+            if epoch is None:
+                epoch = await self._ensure_epoch()
+            if lost and self._subscriber is not None:
+                await self._restore(lost)
+                self.version = None  # read it all again: what the other nodes put back too
+            self.epoch = epoch
             if self.version is None or current < self.version:
                 await self._buffered(self._read_all())
             elif current > self.version:
                 await self._buffered(self._catch_up_or_read_all())
             self.last_sync_ms = epoch_ms()
             self.last_error = ""
+
+    def _loss(self, current: int, epoch: bytes | None) -> str:
+        """Why the list in Redis is not the one this node last read ("" when it is)."""
+        if self.version is None or self.epoch is None:
+            return ""  # never read: nothing to compare with
+        if epoch is None:
+            return "its keys are gone"
+        if epoch != self.epoch:
+            return "its epoch changed"
+        if current < self.version:
+            return f"its version went back from {self.version} to {current}"
+        return ""
+
+    async def _ensure_epoch(self) -> bytes:
+        token = f"{epoch_ms()}-{os.urandom(6).hex()}".encode()
+        await self._call(self.client.set(self.epoch_key, token, nx=True))
+        return bytes(await self._call(self.client.get(self.epoch_key)) or token)
+
+    async def _restore(self, why: str) -> None:
+        """Put back the bans this node holds, and the unbans it knows of, by ``ban_restore.lua``."""
+        now = epoch_ms()
+        held = [ban for ban in self.banlist.bans.values() if ban.active(now)]
+        removals = self._recent_removals(now)
+        self.losses += 1
+        errorlog.log.error(
+            "the shared ban list in Redis was lost (%s: a restart without persistence, or a failover); "
+            "putting back the %d bans this node holds (and %d recent unbans)",
+            why,
+            len(held),
+            len(removals),
+        )
+        keys = (*self._keys(), self.removed_key)
+        fixed = (self.channel, LOG_MAXLEN, now, REMOVED_KEEP_MS)
+
+        def calls() -> Iterator[tuple[str, ...]]:  # the unbans first, then the bans
+            for gone in _chunks(removals, WRITE_CHUNK):
+                yield "\n".join(t for t, _ in gone), "\n".join(str(at) for _, at in gone), "", "", "", ""
+            for bans in _chunks(held, WRITE_CHUNK):
+                targets, values = "\n".join(b.target for b in bans), "\n".join(b.to_json() for b in bans)
+                made, ends = "\n".join(str(b.created_ms) for b in bans), "\n".join(str(b.until_ms) for b in bans)
+                yield "", "", targets, values, made, ends
+
+        put = deleted = 0
+        pending = calls()
+        while group := list(itertools.islice(pending, WRITE_PIPELINE)):  # in order, a round trip at a time
+            pipe = self.client.pipeline(transaction=False)
+            for call in group:
+                pipe.eval(script_source(RESTORE_SCRIPT), 5, *keys, *fixed, *call)
+            for reply in await self._call(pipe.execute()):
+                put += int(reply[1])
+                deleted += int(reply[2])
+        self.restored_total += put
+        errorlog.log.error(
+            "put back %d bans in Redis (%d were there already, or unbanned since); "
+            "removed %d bans unbanned before the loss",
+            put,
+            len(held) - put,
+            deleted,
+        )
 
     async def expire(self) -> int:
         """Remove up to EXPIRE_PER_SWEEP ended bans from Redis (and, through pub/sub, from every node)."""
@@ -362,7 +497,7 @@ class RedisBans:
                             expired += [field, value]
                             continue
                         if self.banlist.bans.get(target) != ban:
-                            self.banlist.put(ban)
+                            self._put(ban)
                         seen.add(target)
                     await asyncio.sleep(0)
                 # A breath between chunks (the next one is on its way meanwhile): a node reading
@@ -373,9 +508,10 @@ class RedisBans:
                 pending.cancel()
         held = list(self.banlist.bans)
         for chunk in _chunks(held, APPLY_SLICE * 8):
+            now = epoch_ms()
             for target in chunk:
                 if target not in seen:
-                    self.banlist.remove(target)
+                    self._drop(target, now)
             await asyncio.sleep(0)
         self.version = start_version
         await self._catch_up()  # what changed while we read, re-read once more
@@ -415,9 +551,9 @@ class RedisBans:
                         with contextlib.suppress(ValueError, KeyError, TypeError):
                             ban = Ban.from_json(value)
                     if ban is not None and ban.target == target and ban.active(now):
-                        self.banlist.put(ban)
+                        self._put(ban)
                     else:
-                        self.banlist.remove(target)
+                        self._drop(target, now)
                 await asyncio.sleep(0)
         self.version = version
 
@@ -475,8 +611,9 @@ class RedisBans:
     def _apply(self, changes: Changes) -> None:
         for ban in changes.added:
             try:
-                self.banlist.put(ban)
+                self._put(ban)
             except ValueError:
                 continue
+        now = epoch_ms()
         for target in changes.removed:
-            self.banlist.remove(target)
+            self._drop(target, now)

@@ -40,7 +40,7 @@ from gateway.background import spawn
 from gateway.config.overrides import Overrides
 from gateway.config.paths import default_path as default_pid_path
 from gateway.config.paths import runtime_dir
-from gateway.errors import ConfigErrors, GatewayError
+from gateway.errors import BanStoreError, ConfigErrors, GatewayError
 from gateway.logs import error as errorlog
 from gateway.plan import load_config
 from gateway.runtime import pidfile
@@ -207,6 +207,13 @@ def _check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     for warning in config.spec.warnings:
         print(f"gateway: warning: {warning}", file=sys.stderr)
+    if config.spec.store.redis is None:  # the embedded store keeps its bans in state_dir
+        from gateway.bans.database import writable_problem
+
+        problem = writable_problem(config.spec.state_dir)
+        if problem is not None:  # a warning: the service may run as another user than this check
+            where = config.spec.state_dir
+            print(f"gateway: warning: state_dir {where}: {problem}; bans cannot be kept", file=sys.stderr)
     print("ok")
     return 0
 
@@ -290,7 +297,7 @@ async def _serve(
     try:
         await server.start()
         _write_pid(pid_path, config_path)
-    except (OSError, pidfile.PidFileError) as exc:
+    except (OSError, pidfile.PidFileError, BanStoreError) as exc:
         errorlog.log.critical("could not start listening: %s" if isinstance(exc, OSError) else "%s", exc)
         await server.stop()
         return 1

@@ -1,4 +1,4 @@
-"""Default paths the configuration resolves: the runtime directory, and the pid file in it.
+"""Default paths the configuration resolves: the runtime directory, the pid file in it, and the state directory.
 
 They sit with the configuration because ``pid:`` is resolved when a file is read, and the
 commands that find a running gateway (``stop``, ``reload``, ``token``) resolve them the same way.
@@ -96,3 +96,19 @@ def resolve(configured: str | None, config_file: str) -> str:
     if configured is None:
         return default_path(config_file)
     return os.path.join(os.path.dirname(os.path.abspath(config_file)), os.path.expanduser(configured))
+
+
+def resolve_state_dir(configured: str | None, pid_path: str | None, config_file: str) -> str:
+    """The state directory's absolute path for a ``state_dir:`` value.
+
+    None: beside the pid file (the default one when ``pid: off``), named after it:
+    ``.../gateway-1a2b3c4d.pid`` -> ``.../gateway-1a2b3c4d.state``. The default pid
+    directory may be a tmpfs (``$XDG_RUNTIME_DIR``, ``/tmp``): a server sets ``state_dir``.
+    """
+    if configured is not None:
+        return os.path.normpath(
+            os.path.join(os.path.dirname(os.path.abspath(config_file)), os.path.expanduser(configured))
+        )
+    pid = pid_path or default_path(config_file)
+    stem = os.path.splitext(os.path.basename(pid))[0] or "gateway"
+    return os.path.join(os.path.dirname(pid), f"{stem}.state")

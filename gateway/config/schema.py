@@ -4,7 +4,7 @@ whole ``ConfigSpec`` they build.
 Each section's specs and parser live in a module of their own (``listen``, ``edge``, ``realip``,
 ``log``, ``admin``, ``metrics``, ``upstreams``, ``zones``, ``limits``, ``routes``, ``servers``,
 ``tls``, ``access``, ``bans``, ``store``); the process-level scalars (``workers``,
-``shutdown_timeout``, ``temp_path``, ``pid``) are read here. Every problem is reported with its
+``shutdown_timeout``, ``temp_path``, ``pid``, ``state_dir``) are read here. Every problem is reported with its
 file, line and key path; the parser keeps going after an error so that one ``gateway check``
 shows them all.
 """
@@ -25,6 +25,7 @@ from gateway.config.listen import check_tls, parse_listen, parse_listen_list
 from gateway.config.log import LogSpec, parse_log
 from gateway.config.metrics import MetricsSpec, parse_metrics
 from gateway.config.paths import resolve as resolve_pid_path
+from gateway.config.paths import resolve_state_dir
 from gateway.config.reader import Reader, as_str, duration_ms, int_in
 from gateway.config.realip import RealIpSpec, parse_real_ip
 from gateway.config.routes import (
@@ -65,6 +66,7 @@ class ConfigSpec:
     store: StoreSpec
     temp_path: str | None = None  # request and response bodies that outgrow memory; None = the system's
     pid: str | None = None  # the pid file's absolute path (gateway/runtime/pidfile.py); None: pid off
+    state_dir: str = ""  # absolute: where the embedded store keeps its bans (gateway/bans/database.py)
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -89,6 +91,7 @@ TOP_KEYS = (
     "temp_path",
     *TLS_KEYS,
     "pid",
+    "state_dir",
 )
 
 
@@ -157,7 +160,8 @@ def parse_config(doc: Document) -> ConfigSpec:
         bans=parse_bans(r, data.get("bans"), ("bans",)) if "bans" in data else BansSpec(),
         store=parse_store(r, data.get("store"), ("store",)) if "store" in data else StoreSpec(),
         temp_path=r.field(data, "temp_path", (), _temp_path, None),
-        pid=_pid(r, data, doc.file),
+        pid=(pid := _pid(r, data, doc.file)),
+        state_dir=_state_dir(r, data, pid, doc.file),
         warnings=tuple(str(w) for w in r.warnings),
     )
     if r.errors:
@@ -174,6 +178,15 @@ def _pid(r: Reader, data: dict[str, Any], config_file: str) -> str | None:
         r.error(("pid",), "must be a file path, or off")
         return None
     return resolve_pid_path(value, config_file)
+
+
+def _state_dir(r: Reader, data: dict[str, Any], pid: str | None, config_file: str) -> str:
+    """``state_dir: PATH`` (relative: to the config file's directory), or beside the pid file."""
+    value = data.get("state_dir")
+    if value is not None and (not isinstance(value, str) or not value.strip() or "\0" in value):
+        r.error(("state_dir",), "must be a directory path")
+        value = None
+    return resolve_state_dir(value, pid, config_file)
 
 
 def _workers(r: Reader, data: dict[str, Any]) -> int:

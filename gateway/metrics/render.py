@@ -37,6 +37,10 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gateway_limit_conn_active": ("limit_conn slots held by requests in flight", ("zone",)),
     "gateway_bans_active": ("Manual bans in force (the ban list; a zone's own bans are not in it)", ()),
     "gateway_redis_circuit_open": ("1 while the Redis circuit breaker is open", ()),
+    "gateway_bans_restored_total": (
+        "Bans this node put back in Redis after Redis lost the shared ban list (a restart without its data)",
+        (),
+    ),
     "gateway_upstream_server_up": ("Passive health: 0 while max_fails took the server out", ("upstream", "server")),
     "python_gc_collections_total": ("Runs of Python's cyclic garbage collector, by generation", ("generation",)),
     "python_gc_objects_collected_total": ("Objects the cyclic collector freed, by generation", ("generation",)),

@@ -18,11 +18,14 @@ from aiohttp import web
 
 from gateway.admin.api import AdminApi, ReloadReply, serve_admin
 from gateway.admin.metrics_listener import serve_metrics
+from gateway.bans.database import BanDatabase
 from gateway.bans.local import LocalBans
 from gateway.bans.redis import RedisBans
 from gateway.bans.table import BanList
 from gateway.config.schema import ConfigSpec
+from gateway.logs import error as errorlog
 from gateway.metrics import MetricsHub
+from gateway.metrics.stats import STATS
 from gateway.plan.compiled import CompiledConfig
 from gateway.store.base import Store
 from gateway.store.factory import SOCKET_ENV
@@ -65,9 +68,19 @@ class Node:
     async def start(self, owner: NodeOwner, metrics: MetricsHub, *, serve: bool = True) -> None:
         """Start keeping the bans; with ``serve`` (not a worker of a master), the admin API (when
         there are bans to manage and ``admin.listen`` is set) and the ``metrics.listen`` listener.
-        A listener that cannot bind is logged and left out; the node runs without it."""
+        A listener that cannot bind is logged and left out; the node runs without it.
+
+        The embedded store's bans are read from their database here, before the caller opens
+        its listeners (BanStoreError, naming the file, when it cannot be used)."""
         if self.bans is not None:
             await self.bans.start()
+            if isinstance(self.bans, LocalBans) and self.bans.database is not None:
+                errorlog.log.log(
+                    errorlog.NOTICE, "%d bans in force loaded from %s", self.bans.loaded, self.bans.database.path
+                )
+            if isinstance(self.bans, RedisBans) and self.bans.following:
+                bans = self.bans
+                STATS.gauge("gateway_bans_restored_total", lambda: [[bans.restored_total]])
         if not serve:
             return
         spec = owner.config.spec
@@ -121,7 +134,7 @@ def open_bans(spec: ConfigSpec, store: Store | None, banlist: BanList, *, follow
         )
     if os.environ.get(SOCKET_ENV):
         return None  # a worker: the master owns the bans and pushes them here
-    return LocalBans(banlist)
+    return LocalBans(banlist, BanDatabase(spec.state_dir))  # kept in state_dir: a restart loses none
 
 
 def zone_state(owner: NodeOwner) -> ZoneState | None:

@@ -27,7 +27,7 @@ RESTART_KEYS: tuple[tuple[str, Callable[[ConfigSpec], Any]], ...] = (
     ("bans.sync_interval", lambda spec: spec.bans.sync_interval_ms),
     ("shutdown_timeout", lambda spec: spec.shutdown_timeout_ms),
     ("pid", lambda spec: spec.pid),
-    ("state_dir", lambda spec: getattr(spec, "state_dir", None)),
+    ("state_dir", lambda spec: spec.state_dir),
 )
 
 

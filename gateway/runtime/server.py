@@ -62,6 +62,7 @@ from gateway.runtime.restart import restart_notes
 from gateway.store import make_store
 
 log = errorlog.log
+BAN_LIST_WAIT_S = 30.0  # a worker waits this long for its master's ban list before it listens
 GC_YOUNG_THRESHOLD = 2000  # allocations between two passes of the youngest generation (Python's: 700)
 
 
@@ -104,8 +105,15 @@ class GatewayServer:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         await self.store.start()
-        if self.store.deliver_bans(WorkerBans(self.banlist).apply):  # a worker: the master pushes bans
+        worker_bans = WorkerBans(self.banlist)
+        if self.store.deliver_bans(worker_bans.apply):  # a worker: the master pushes bans
             self._expiry = spawn(run_expiry(self.banlist))
+            # The whole list before the first request (the master sends it on connect).
+            try:
+                async with asyncio.timeout(BAN_LIST_WAIT_S):
+                    await worker_bans.complete.wait()
+            except TimeoutError:
+                log.error("the master did not send the ban list within %ss; serving meanwhile", BAN_LIST_WAIT_S)
         self.node = Node(self.config.spec, self.store, self.banlist, follow=True)
         await self.node.start(self, self.metrics, serve=self.serves_admin)
         if self.stats_client is not None:

@@ -37,7 +37,7 @@ from gateway.admin.api import ReloadReply
 from gateway.background import spawn
 from gateway.bans.local import BanList, LocalBans
 from gateway.config.overrides import Overrides
-from gateway.errors import ConfigErrors
+from gateway.errors import BanStoreError, ConfigErrors
 from gateway.logs import error as errorlog
 from gateway.metrics import MetricsHub, channel
 from gateway.metrics.activity import ConfigInfo, merge, retire_snapshot, worker_snapshots
@@ -109,9 +109,15 @@ class Supervisor:
             self.extra_env[SOCKET_ENV] = path
             if isinstance(node.bans, LocalBans):
                 node.bans.listeners.append(shared.push_bans)
-        await node.start(self, self.metrics)
         try:
-            return await self._run()
+            await node.start(self, self.metrics)  # the bans in force are loaded before any worker starts
+        except BanStoreError as exc:
+            log.critical("%s", exc)
+            failed = True
+        else:
+            failed = False
+        try:
+            return 1 if failed else await self._run()
         finally:
             await node.close()  # the metrics listener, the admin API, the bans
             if shared is not None:

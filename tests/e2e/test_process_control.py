@@ -135,7 +135,7 @@ def test_a_configured_pid_file_in_a_directory_others_can_write_refuses_the_start
     shared.mkdir()
     shared.chmod(0o777)
     conf = tmp_path / "limits.yaml"
-    conf.write_text(plain(upstream, f"pid: {shared}/gw.pid\n")(free_port()))
+    conf.write_text(plain(upstream, f"pid: {shared}/gw.pid\nstate_dir: {tmp_path}/state\n")(free_port()))
     started = cli("run", "-c", str(conf), timeout=30)
     assert started.returncode == 1
     assert f"refusing to write the pid file in {shared}: others can write that directory" in started.stderr
