@@ -49,7 +49,7 @@ def listen(ctx: Context, d: Directive, srv: Server) -> None:
         ctx.skip(d, "listen needs an address")
         return
     address, params = d.args[0], d.args[1:]
-    known = ("default_server", "default", "reuseport", "backlog", "ssl")
+    known = ("default_server", "default", "reuseport", "backlog", "ssl", "proxy_protocol")
     bad = [p for p in params if p.split("=")[0] not in known]
     if address.startswith("unix:"):
         ctx.skip(d, "the gateway listens on TCP only (no unix: sockets)")
@@ -63,7 +63,8 @@ def listen(ctx: Context, d: Directive, srv: Server) -> None:
         address = "0.0.0.0:" + address[2:]
     elif ":" not in address.replace("[::]", "").rsplit("]", 1)[-1]:
         address = f"{address}:80"
-    srv.listen.append(f"{address} ssl" if "ssl" in params else address)
+    flags = [p for p in ("ssl", "proxy_protocol") if p in params]
+    srv.listen.append(" ".join([address, *flags]))
     if "default_server" in params or "default" in params:
         srv.default = True
     extra = [p for p in params if p.split("=")[0] in ("reuseport", "backlog")]
