@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections import Counter
+from typing import Any
 
 from gateway.proxy.hashing import ConsistentRing, _host_port, hash_pick, ip_hash_key, ip_hash_pick
 
@@ -71,3 +72,69 @@ def test_ring_names_split_like_nginx() -> None:
     assert _host_port("[::1]:80") == (b"[::1]", b"80")
     assert _host_port("unix:/run/app.sock") == (b"/run/app.sock", b"")
     assert _host_port("backend.example") == (b"backend.example", b"")
+
+
+# -- the balancer, with balance: ip_hash ----------------------------------------------------------------
+
+
+def test_balancer_ip_hash_follows_the_client_and_skips_failed_and_tried() -> None:
+    from types import SimpleNamespace
+
+    from gateway.config.upstreams import BalanceSpec, ServerSpec
+    from gateway.http.realip import parse_addr
+    from gateway.proxy.balancer import Balancer
+
+    servers = [ServerSpec(host="10.0.0.1", port=80 + i) for i in range(4)]
+    balancer = Balancer(servers, lambda: 1_000_000, BalanceSpec("ip_hash"))
+    ctx: Any = SimpleNamespace(client=parse_addr("198.51.100.20"))
+    first = balancer.pick(set(), ctx)
+    assert first is not None
+    assert first.index == ip_hash_pick(socket.inet_aton("198.51.100.20"), [1, 1, 1, 1], always)
+    assert all(balancer.pick(set(), ctx) is first for _ in range(10))
+    retry = balancer.pick({first.index}, ctx)
+    assert retry is not None and retry is not first
+    balancer.report(first, failed=True)  # max_fails 1: down for fail_timeout
+    moved = balancer.pick(set(), ctx)
+    assert moved is not None and moved is not first
+
+
+# -- balance: in the config, and from nginx's upstream block ----------------------------------------------
+
+
+def test_balance_is_parsed_and_checked() -> None:
+    import pytest
+
+    from gateway.errors import ConfigErrors
+    from gateway.plan.load import load_config_text
+
+    head = "admin: {listen: 'off'}\nroutes:\n  - {location: /, upstream: app}\nupstreams:\n  app: "
+    config = load_config_text(head + "{servers: [127.0.0.1:1, 127.0.0.1:2], balance: 'hash $uri consistent'}\n")
+    assert str(config.spec.upstreams["app"].balance) == "hash $uri consistent"
+    for bad in ("'least_slow'", "'hash'", "'hash $nope'", "'hash $uri sometimes'"):
+        with pytest.raises(ConfigErrors, match="balance"):
+            load_config_text(head + f"{{servers: [127.0.0.1:1], balance: {bad}}}\n")
+    backup = "{servers: [127.0.0.1:1, {address: 127.0.0.1:2, backup: true}], balance: ip_hash}\n"
+    with pytest.raises(ConfigErrors, match="backup"):
+        load_config_text(head + backup)
+
+
+def test_import_nginx_translates_ip_hash_and_hash(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.support.paths import ROOT
+
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        "http { upstream a { ip_hash; server 127.0.0.1:1; server 127.0.0.1:2 down; }\n"
+        "  upstream b { hash $request_uri consistent; server 127.0.0.1:3; server 127.0.0.1:4; }\n"
+        "  server { listen 8080; location / { proxy_pass http://a; } location /b { proxy_pass http://b; } } }\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "import-nginx", str(conf)], cwd=str(ROOT), capture_output=True, text=True
+    )
+    doc = yaml.safe_load(result.stdout)
+    assert doc["upstreams"]["a"]["balance"] == "ip_hash"
+    assert doc["upstreams"]["b"]["balance"] == "hash $request_uri consistent"
