@@ -1,4 +1,5 @@
-"""``listen:``: the addresses to bind (``host:port``, ``"host:port ssl"`` or a mapping), and the
+"""``listen:``: the addresses to bind (``host:port``, ``"host:port ssl proxy_protocol"`` with either
+word, or a mapping), and the
 check that every server listening with ``ssl`` has a certificate to serve.
 
 The specs (``ListenSpec``) live in ``servers``, beside the virtual hosts that list them.
@@ -12,6 +13,8 @@ from gateway.config.reader import Reader, as_bool, host_port
 from gateway.config.servers import ListenSpec, VirtualServerSpec
 from gateway.config.tls import TlsSpec
 from gateway.errors import KeyPath
+
+LISTEN_FLAGS = ("ssl", "proxy_protocol")
 
 
 def parse_listen(r: Reader, data: dict[str, Any]) -> tuple[ListenSpec, ...]:
@@ -36,22 +39,29 @@ def parse_listen_list(r: Reader, value: Any, at: KeyPath) -> tuple[ListenSpec, .
 
 
 def _listen_entry(r: Reader, item: Any, path: KeyPath) -> ListenSpec | None:
-    """``host:port``, ``"host:port ssl"`` (nginx's spelling) or ``{address: host:port, ssl: true}``."""
-    tls = False
+    """``host:port``, ``"host:port ssl proxy_protocol"`` (nginx's spelling, either word or both) or
+    ``{address: host:port, ssl: true, proxy_protocol: true}``."""
+    tls = proxy = False
     if isinstance(item, dict):
-        data = r.mapping(item, path, ("address", "ssl"), required=("address",))
+        data = r.mapping(item, path, ("address", "ssl", "proxy_protocol"), required=("address",))
         if data is None or "address" not in data:
             return None
         tls = bool(r.field(data, "ssl", path, as_bool, False))
+        proxy = bool(r.field(data, "proxy_protocol", path, as_bool, False))
         item, path = data["address"], path + ("address",)
-    elif isinstance(item, str) and item.split()[1:] == ["ssl"]:
-        item, tls = item.split()[0], True
+    elif isinstance(item, str) and len(words := item.split()) > 1:
+        flags = words[1:]
+        unknown = [w for w in flags if w not in LISTEN_FLAGS]
+        if unknown or len(set(flags)) != len(flags):
+            r.error(path, f"unknown or repeated listen parameter {(unknown or flags)[0]!r} (ssl, proxy_protocol)")
+            return None
+        item, tls, proxy = words[0], "ssl" in flags, "proxy_protocol" in flags
     try:
         host, port = host_port()(item)
     except ValueError as exc:
         r.error(path, str(exc))
         return None
-    return ListenSpec(host, port, tls)
+    return ListenSpec(host, port, tls, proxy)
 
 
 def check_tls(r: Reader, servers: tuple[VirtualServerSpec, ...], blocks: bool) -> None:

@@ -25,10 +25,12 @@ class Overrides:
         parsed_listen = []
         for item in listen:
             try:
-                address, _, flag = item.strip().partition(" ")
-                if flag.strip() not in ("", "ssl"):
-                    raise ValueError(f"expected host:port or 'host:port ssl', got {item!r}")
-                parsed_listen.append(ListenSpec(*host_port()(address), ssl=flag.strip() == "ssl"))
+                address, *flags = item.split()
+                if any(f not in ("ssl", "proxy_protocol") for f in flags) or len(set(flags)) != len(flags):
+                    raise ValueError(f"expected host:port or 'host:port [ssl] [proxy_protocol]', got {item!r}")
+                parsed_listen.append(
+                    ListenSpec(*host_port()(address), ssl="ssl" in flags, proxy_protocol="proxy_protocol" in flags)
+                )
             except ValueError as exc:
                 errors.append(ConfigError(str(exc), file="--listen"))
         parsed_up = []

@@ -28,11 +28,13 @@ SERVER_KEYS = ("server_name", "listen", "default_server", "rules", "routes")
 
 @dataclass(frozen=True, slots=True)
 class ListenSpec:
-    """One ``listen`` entry: an address to bind, and whether it speaks TLS (nginx's ``ssl``)."""
+    """One ``listen`` entry: an address to bind, whether it speaks TLS (nginx's ``ssl``), and
+    whether each connection starts with a PROXY protocol header (nginx's ``proxy_protocol``)."""
 
     host: str
     port: int
     ssl: bool = False
+    proxy_protocol: bool = False
 
     @property
     def address(self) -> tuple[str, int]:
@@ -40,7 +42,7 @@ class ListenSpec:
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}" + (" ssl" if self.ssl else "")
+        return f"{host}:{self.port}" + (" ssl" if self.ssl else "") + (" proxy_protocol" if self.proxy_protocol else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,15 +159,17 @@ def parse_servers(
 def bound_addresses(servers: tuple[VirtualServerSpec, ...]) -> tuple[ListenSpec, ...]:
     """Every address to bind, in order; a specific address on a port that a wildcard
     (0.0.0.0 or ::) of its family already covers is served by that socket, as in nginx.
-    An address is TLS when any server lists it with ``ssl`` (nginx: ``ssl`` belongs to the socket)."""
-    seen: dict[tuple[str, int], bool] = {}
+    An address is TLS when any server lists it with ``ssl``, and expects a PROXY protocol header
+    when any lists it with ``proxy_protocol`` (nginx: both belong to the socket)."""
+    seen: dict[tuple[str, int], tuple[bool, bool]] = {}
     for server in servers:
         for entry in server.listen:
-            seen[entry.address] = seen.get(entry.address, False) or entry.ssl
+            tls, proxy = seen.get(entry.address, (False, False))
+            seen[entry.address] = (tls or entry.ssl, proxy or entry.proxy_protocol)
     wild = {(wildcard_of(host), port) for host, port in seen if host in ("0.0.0.0", "::")}
     return tuple(
-        ListenSpec(a[0], a[1], tls)
-        for a, tls in seen.items()
+        ListenSpec(a[0], a[1], tls, proxy)
+        for a, (tls, proxy) in seen.items()
         if a[0] in ("0.0.0.0", "::") or (wildcard_of(a[0]), a[1]) not in wild
     )
 

@@ -13,6 +13,7 @@ from gateway.config.reader import Reader, as_bool, as_str, duration_ms, host_por
 from gateway.config.tls import MAX_PEM_BYTES
 from gateway.errors import KeyPath
 from gateway.files import read_bounded
+from gateway.http.keys import KeyTemplate, parse_key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +31,31 @@ class ServerSpec:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
+@dataclass(frozen=True, slots=True)
+class BalanceSpec:
+    """How an upstream picks its server: nginx's default weighted round-robin, ``ip_hash``, or
+    ``hash KEY [consistent]`` (``balance:`` in the upstream, nginx's spelling)."""
+
+    method: str = "round_robin"  # "round_robin", "ip_hash" or "hash"
+    key: KeyTemplate | None = None  # hash: the key
+    consistent: bool = False  # hash: the ketama ring
+
+    def __str__(self) -> str:
+        if self.method != "hash":
+            return self.method
+        return f"hash {self.key}" + (" consistent" if self.consistent else "")
+
+
+def parse_balance(value: Any) -> BalanceSpec:
+    """``round_robin``, ``ip_hash``, ``hash $key`` or ``hash $key consistent``."""
+    words = as_str(value).split()
+    if words in (["round_robin"], ["ip_hash"]):
+        return BalanceSpec(words[0])
+    if len(words) in (2, 3) and words[0] == "hash" and (len(words) == 2 or words[2] == "consistent"):
+        return BalanceSpec("hash", parse_key(words[1]), len(words) == 3)
+    raise ValueError(f"expected round_robin, ip_hash or 'hash $key [consistent]', got {value!r}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamSpec:
     name: str
@@ -45,6 +71,7 @@ class UpstreamSpec:
     tls_ca: str | None = None  # a CA bundle (PEM) trusted instead of the system's: a private CA
     tls_server_name: str | None = None  # SNI and the verified name (nginx's proxy_ssl_name); default: the server's host
     host: str | None = None
+    balance: BalanceSpec = BalanceSpec()
 
 
 UPSTREAM_KEYS = (
@@ -60,6 +87,7 @@ UPSTREAM_KEYS = (
     "tls_ca",
     "tls_server_name",
     "host",
+    "balance",
 )
 SERVER_KEYS = ("address", "weight", "max_fails", "fail_timeout", "backup", "down")
 
@@ -90,7 +118,10 @@ def parse_upstreams(r: Reader, value: Any, path: KeyPath) -> dict[str, UpstreamS
             tls_ca=r.field(data, "tls_ca", upath, _ca_bundle, None),
             tls_server_name=r.field(data, "tls_server_name", upath, _tls_name, None),
             host=r.field(data, "host", upath, as_str, None),
+            balance=r.field(data, "balance", upath, parse_balance, BalanceSpec()) or BalanceSpec(),
         )
+        if out[name].balance.method != "round_robin" and any(s.backup for s in servers):
+            r.error(upath + ("balance",), f"balance: {out[name].balance} does not support backup servers (as nginx)")
         if servers and all(s.backup or s.down for s in servers):
             r.error(upath + ("servers",), "no usable server: every server is marked backup or down")
         if scheme != "https":

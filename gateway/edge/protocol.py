@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from aiohttp.web_request import BaseRequest
     from aiohttp.web_response import StreamResponse
 
+    from gateway.edge.proxyproto import ProxyHeader
     from gateway.edge.settings import Budget
 
 
@@ -116,6 +117,8 @@ class EdgeProtocol(RequestHandler):
         "_refused",
         "_renames",
         "_settings",
+        "_start_deadline",
+        "proxy",
         "tls",
     )
 
@@ -124,6 +127,8 @@ class EdgeProtocol(RequestHandler):
         self._edge = manager
         self._settings = manager.settings
         self._ip_key: bytes | None = None
+        self._start_deadline = 0.0  # when the first header is due, if the connection began earlier
+        self.proxy: ProxyHeader | None = None  # the PROXY protocol header of the connection, if any
         self.tls: Any = None  # the connection's ssl.SSLObject on a TLS listener ($scheme https)
         self._refused = False
         self._at_boundary = True  # the next byte starts a request
@@ -135,10 +140,13 @@ class EdgeProtocol(RequestHandler):
         self._body_since = 0.0  # ... and when its request began (time.monotonic)
 
     # -- accept, close, reuse ---------------------------------------------------------------------
-    def adopt(self, key: bytes) -> None:
-        """Carry on a connection the limiter counted at accept (TLS, after its handshake):
+    def adopt(self, key: bytes, *, proxy: ProxyHeader | None = None, deadline: float = 0.0) -> None:
+        """Carry on a connection the limiter counted at accept (TLS, after its handshake; one that
+        began with a PROXY protocol header, then ``proxy`` and when its first header is due):
         ``connection_made`` then admits nothing more."""
         self._ip_key = key
+        self.proxy = proxy
+        self._start_deadline = deadline
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self._ip_key is None:
@@ -155,7 +163,7 @@ class EdgeProtocol(RequestHandler):
         # aiohttp arms its keep-alive timer at connect; the first header gets its own budget.
         if self._keepalive_handle is not None:
             self._keepalive_handle.cancel()
-        close_time = self._loop.time() + self._settings.client_header_timeout_s
+        close_time = self._start_deadline or self._loop.time() + self._settings.client_header_timeout_s
         self._next_keepalive_close_time = close_time
         self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
 

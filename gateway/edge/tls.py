@@ -24,6 +24,7 @@ from gateway.config.schema import ConfigSpec
 from gateway.config.servers import ServerName, serves
 from gateway.config.tls import TlsSpec, apply_settings, server_context
 from gateway.edge.connections import reset
+from gateway.edge.proxyproto import ProxyHeader, ProxyHeaderReader
 from gateway.http.realip import UNKNOWN, parse_addr
 from gateway.http.vhosts import NameTable
 
@@ -93,18 +94,26 @@ class TlsListener:
 class TlsSite(web.SockSite):
     """aiohttp's ``SockSite`` for a TLS address: each connection starts as a ``TlsSniffer``."""
 
-    def __init__(self, runner: web.BaseRunner, sock: Any, listener: TlsListener, **kw: Any) -> None:
+    def __init__(
+        self, runner: web.BaseRunner, sock: Any, listener: TlsListener, *, proxy_protocol: bool = False, **kw: Any
+    ) -> None:
         super().__init__(runner, sock, **kw)
         self.listener = listener
+        self.proxy_protocol = proxy_protocol  # a PROXY protocol header comes before the ClientHello
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
         server = self._runner.server
         assert server is not None
         listener = self.listener
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: TlsSniffer(server, listener), sock=self._sock, backlog=self._backlog
-        )
+
+        def sniffer() -> TlsSniffer:
+            return TlsSniffer(server, listener)
+
+        factory: Callable[[], asyncio.Protocol] = sniffer
+        if self.proxy_protocol:
+            factory = lambda: ProxyHeaderReader(server, sniffer)
+        self._server = await asyncio.get_running_loop().create_server(factory, sock=self._sock, backlog=self._backlog)
 
 
 _BODY = (
@@ -143,6 +152,15 @@ class TlsSniffer(asyncio.Protocol):
         self.deadline = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.key: bytes | None = None  # the limiter's count, until released or handed over
+        self.proxy: ProxyHeader | None = None  # what a PROXY protocol header said, if one came first
+
+    def take_over(self, transport: asyncio.Transport, key: bytes, deadline: float, proxy: ProxyHeader) -> None:
+        """Carry on after a PROXY protocol header (``ProxyHeaderReader``), counted and timed from accept."""
+        self.transport = transport
+        self.key = key
+        self.proxy = proxy
+        self.deadline = deadline
+        self.timer = asyncio.get_running_loop().call_at(deadline, transport.abort)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         loop = asyncio.get_running_loop()
@@ -220,7 +238,7 @@ class TlsSniffer(asyncio.Protocol):
         protocol = self.server()
         self.key = None
         self.server.limiter.replace(self, protocol)
-        protocol.adopt(key)
+        protocol.adopt(key, proxy=self.proxy)
         held.hand_over(tls, protocol)
 
     def eof_received(self) -> bool | None:

@@ -32,6 +32,7 @@ class RequestContext:
         "method",
         "on_last_write",
         "peer",
+        "proxy",
         "raw_query",
         "raw_target",
         "request_target",
@@ -87,6 +88,7 @@ class RequestContext:
         self.server_port = server_port
         self.peer = peer
         self.client = peer
+        self.proxy: Any = None  # the connection's PROXY protocol header (gateway.edge.proxyproto.ProxyHeader)
         self.route: Any = None
         self.server: Any = None  # the virtual server (gateway.plan.compiled.ServerPlan)
         self.status = 0

@@ -6,6 +6,9 @@ used; with ``recursive: true`` the header is walked from the right, skipping
 trusted addresses, and the first untrusted one is used (or the leftmost, if all
 are trusted). An entry that is not an address stops the walk, keeping the last
 good one, as ``ngx_http_get_forwarded_addr`` does.
+
+``real_ip.header: proxy_protocol`` takes the address from the connection's PROXY protocol
+header instead (``listen ... proxy_protocol``), under the same trust rule.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from multidict import CIMultiDictProxy
 
@@ -90,6 +94,15 @@ class RealIp:
         self.trusted = NetworkSet(trusted)
         self.header = header
         self.recursive = recursive
+        self.proxy_protocol = header.lower() == "proxy_protocol"
+
+    def resolve_proxy(self, peer: ClientAddr, header: Any) -> ClientAddr:
+        """With ``header: proxy_protocol``: the address a trusted peer's PROXY protocol header
+        (``gateway.edge.proxyproto.ProxyHeader``) named, else ``peer``."""
+        if header is None or header.addr is None or peer not in self.trusted:
+            return peer
+        addr: ClientAddr = header.addr
+        return addr
 
     def resolve(self, peer: ClientAddr, headers: CIMultiDictProxy[str]) -> ClientAddr:
         """The client address for this request; ``peer`` unless a trusted peer says otherwise."""

@@ -8,7 +8,8 @@ context; a text without variables costs nothing but returning it.
 Variables: those of limit keys except ``$binary_remote_addr`` (``$remote_addr``,
 ``$uri``, ``$request_uri``, ``$host``, ``$request_method``, ``$server_port``,
 ``$scheme``, ``$http_<name>``, ``$arg_<name>``, ``$cookie_<name>``), plus ``$args``,
-``$realip_remote_addr``, ``$server_name``, ``$ssl_protocol``, ``$ssl_cipher``, ``$https``
+``$realip_remote_addr``, ``$server_name``, ``$ssl_protocol``, ``$ssl_cipher``, ``$https``,
+``$proxy_protocol_addr``, ``$proxy_protocol_port``
 and ``$proxy_add_x_forwarded_for`` (the
 client's ``X-Forwarded-For`` with ``$remote_addr`` appended). CR, LF and NUL never
 reach a header: they are replaced by a space.
@@ -36,6 +37,8 @@ _EXTRA = (
     "ssl_protocol",
     "ssl_cipher",
     "https",
+    "proxy_protocol_addr",
+    "proxy_protocol_port",
 )
 
 
@@ -113,6 +116,10 @@ def _variable(name: str) -> ValueFn:
         return lambda ctx: ctx.ssl_cipher
     if name == "https":
         return lambda ctx: ctx.https
+    if name == "proxy_protocol_addr":
+        return lambda ctx: ctx.proxy.addr_text if ctx.proxy is not None else ""
+    if name == "proxy_protocol_port":
+        return lambda ctx: ctx.proxy.port_text if ctx.proxy is not None else ""
     fn = key_variable(name)
     return lambda ctx: fn(ctx).decode("utf-8", "surrogateescape")
 

@@ -146,6 +146,8 @@ def _algo_status(kind: str) -> Callable[[Fields], str]:
 _GETTERS: dict[str, Callable[[Fields], str]] = {
     "remote_addr": lambda f: f.ctx.client.text if f.ctx is not None else (f.request.remote or ""),
     "realip_remote_addr": lambda f: f.ctx.peer.text if f.ctx is not None else (f.request.remote or ""),
+    "proxy_protocol_addr": lambda f: f.ctx.proxy.addr_text if f.ctx is not None and f.ctx.proxy is not None else "",
+    "proxy_protocol_port": lambda f: f.ctx.proxy.port_text if f.ctx is not None and f.ctx.proxy is not None else "",
     "binary_remote_addr": lambda f: "",
     "remote_user": _remote_user,
     "time_local": lambda f: f.clock._local,

@@ -17,7 +17,8 @@ PRESETS = {
 }
 VARIABLES = frozenset(
     {
-        "remote_addr", "realip_remote_addr", "binary_remote_addr", "remote_user", "time_local", "time_iso8601",
+        "remote_addr", "realip_remote_addr", "proxy_protocol_addr", "proxy_protocol_port", "binary_remote_addr",
+        "remote_user", "time_local", "time_iso8601",
         "msec", "request", "request_method", "request_uri", "uri", "args", "host", "server_protocol", "status",
         "body_bytes_sent", "request_time", "upstream_addr", "upstream_status", "upstream_response_time",
         "limit_req_status", "limit_conn_status", "limit_count_status", "route", "server_port", "scheme", "pid",

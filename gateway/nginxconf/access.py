@@ -26,10 +26,7 @@ class Access:
         self.real_ip.setdefault("from", []).extend(a for a in d.args if a not in self.real_ip.get("from", []))
 
     def real_ip_header(self, d: Directive) -> None:
-        if d.args and d.args[0] == "proxy_protocol":
-            self.result.skip(d, "the PROXY protocol is not supported")
-            return
-        self.real_ip["header"] = d.args[0]
+        self.real_ip["header"] = d.args[0]  # proxy_protocol too: listen ... proxy_protocol
 
     def real_ip_recursive(self, d: Directive) -> None:
         self.real_ip["recursive"] = d.args[0] == "on"

@@ -112,17 +112,13 @@ def listen(ctx: Context, d: Directive, srv: Server) -> None:
     if address.startswith("unix:"):
         ctx.skip(d, "the gateway listens on TCP only (no unix: sockets)")
         return
-    if "proxy_protocol" in names:
-        ctx.skip(
-            d,
-            "the PROXY protocol is not supported: this listen is left out (it would read every client as the balancer)",
-        )
-        return
     if "quic" in names:
         ctx.skip(d, "QUIC (HTTP/3) listens on UDP: terminate it in front of the gateway; this listen is left out")
         return
     bad = [
-        p for p, n in zip(params, names, strict=True) if n not in ("default_server", "default", "ssl", *LISTEN_NO_OPS)
+        p
+        for p, n in zip(params, names, strict=True)
+        if n not in ("default_server", "default", "ssl", "proxy_protocol", *LISTEN_NO_OPS)
     ]
     if bad:
         ctx.skip(d, f"listen parameters {' '.join(bad)} are not supported: this listen is left out")
@@ -133,7 +129,8 @@ def listen(ctx: Context, d: Directive, srv: Server) -> None:
         address = "0.0.0.0:" + address[2:]
     elif ":" not in address.replace("[::]", "").rsplit("]", 1)[-1]:
         address = f"{address}:80"
-    entry = f"{address} ssl" if "ssl" in params else address
+    flags = [p for p in ("ssl", "proxy_protocol") if p in params]
+    entry = " ".join([address, *flags])
     if entry not in srv.listen:
         srv.listen.append(entry)
     if "default_server" in params or "default" in params:

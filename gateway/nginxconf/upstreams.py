@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from gateway.config.reader import host_port
+from gateway.config.upstreams import parse_balance
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Doc, Result, Route
 from gateway.nginxconf.scope import Scope
@@ -48,10 +49,12 @@ class Upstreams:
                 body["keepalive"] = int(x.args[0])
             elif x.name == "keepalive_timeout" and len(x.args) == 1 and duration_ok(x.args[0]):
                 body["keepalive_timeout"] = x.args[0]
+            elif x.name in ("ip_hash", "hash") and _balance_ok(x):
+                body["balance"] = " ".join([x.name, *x.args])
             else:
                 self.result.skip(
                     x,
-                    "upstream: the gateway balances by smooth weighted round-robin only"
+                    "upstream: the gateway balances by round-robin, ip_hash or hash $key [consistent] only"
                     if not x.args or x.name in ("least_conn", "ip_hash", "hash", "random")
                     else unsupported(x),
                 )
@@ -147,3 +150,16 @@ class Upstreams:
                 continue
             upstream[key] = value
             self.where.setdefault((name, key), found.where)
+
+
+def _balance_ok(d: Directive) -> bool:
+    """``ip_hash;``, or ``hash KEY [consistent];`` with a key the gateway can compute."""
+    if d.name == "ip_hash":
+        return not d.args
+    if not 1 <= len(d.args) <= 2 or (len(d.args) == 2 and d.args[1] != "consistent"):
+        return False
+    try:
+        parse_balance(" ".join(["hash", *d.args]))
+    except ValueError:
+        return False
+    return True

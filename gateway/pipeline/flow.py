@@ -58,9 +58,11 @@ class Pipeline:
         pools = self.upstreams.pools  # (and of the pools that go with it: a reload swaps both)
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         peer = parse_addr(request.remote or "") or UNKNOWN
-        tls = getattr(request.protocol, "tls", None)  # set once per connection by the edge
+        protocol = request.protocol
+        tls = getattr(protocol, "tls", None)  # set once per connection by the edge
         port = sockname[1] if sockname else 0
         ctx = RequestContext(request, time.monotonic(), peer, "http" if tls is None else "https", port, tls)
+        ctx.proxy = getattr(protocol, "proxy", None)  # ... and so is the PROXY protocol header
         request[CTX_KEY] = ctx
         try:
             response = await self._handle(request, ctx, config, pools, sockname)
@@ -105,7 +107,11 @@ class Pipeline:
             return response
         # 1. real client address
         if config.realip.trusted:
-            ctx.client = config.realip.resolve(ctx.peer, request.headers)
+            realip = config.realip
+            if realip.proxy_protocol:
+                ctx.client = realip.resolve_proxy(ctx.peer, ctx.proxy)
+            else:
+                ctx.client = realip.resolve(ctx.peer, request.headers)
         # 2. virtual server, then route
         server = config.single
         if server is None:

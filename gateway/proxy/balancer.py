@@ -11,6 +11,10 @@ This follows ``ngx_http_upstream_round_robin.c``:
 * a group with a single server (and no backups) never marks it down;
 * backup servers are used only when no primary server is available.
 
+With ``balance: ip_hash`` or ``hash $key [consistent]`` (``gateway.proxy.hashing``), the
+request's address or key chooses the server, skipping those down, failed or tried; when that
+finds none (or there is no key), round-robin decides, as in nginx.
+
 Time is an integer millisecond clock passed in by the caller.
 """
 
@@ -18,8 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gateway.config.upstreams import ServerSpec
+from gateway.config.upstreams import BalanceSpec, ServerSpec
+from gateway.http.keys import MAX_MAX_KEY, compile_key
+from gateway.proxy.hashing import ConsistentRing, hash_pick, ip_hash_pick
+
+if TYPE_CHECKING:
+    from gateway.http.context import RequestContext
 
 
 @dataclass(slots=True)
@@ -76,7 +86,9 @@ class _Group:
 class Balancer:
     """Chooses servers of one upstream and keeps their health, per worker process."""
 
-    def __init__(self, servers: Sequence[ServerSpec], clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self, servers: Sequence[ServerSpec], clock_ms: Callable[[], int], balance: BalanceSpec | None = None
+    ) -> None:
         self._clock_ms = clock_ms
         peers = [
             Peer(
@@ -98,10 +110,49 @@ class Balancer:
             self.primary.single = False
             self.backup.single = False
         self.peers = tuple(peers)
+        self.weights = [p.weight for p in peers]
+        self.hashed: Callable[[RequestContext, Callable[[int], bool]], int | None] | None = None
+        if balance is not None and balance.method == "ip_hash":
+            self.hashed = self._ip_hash
+        elif balance is not None and balance.method == "hash" and balance.key is not None:
+            self.key = compile_key(balance.key, max_key=MAX_MAX_KEY)
+            if balance.consistent:
+                self.ring = ConsistentRing([(s.address, s.weight) for s in servers])
+                self.hashed = self._consistent
+            else:
+                self.hashed = self._hash
 
-    def pick(self, tried: set[int]) -> Peer | None:
-        """The next server to try, skipping those in ``tried``; None when none is available."""
+    def _ip_hash(self, ctx: RequestContext, usable: Callable[[int], bool]) -> int | None:
+        packed = ctx.client.packed
+        return ip_hash_pick(packed, self.weights, usable) if len(packed) in (4, 16) else None
+
+    def _hash(self, ctx: RequestContext, usable: Callable[[int], bool]) -> int | None:
+        return hash_pick(self.key(ctx), self.weights, usable)
+
+    def _consistent(self, ctx: RequestContext, usable: Callable[[int], bool]) -> int | None:
+        return self.ring.pick(self.key(ctx), usable)
+
+    def pick(self, tried: set[int], ctx: RequestContext | None = None) -> Peer | None:
+        """The next server to try, skipping those in ``tried``; None when none is available.
+        ``ctx``: the request, which ``ip_hash`` and ``hash`` choose by."""
         now = self._clock_ms()
+        if self.hashed is not None and ctx is not None:
+            peers = self.peers
+
+            def usable(index: int) -> bool:
+                peer = peers[index]
+                if index in tried or peer.down:
+                    return False
+                return not (
+                    peer.max_fails and peer.fails >= peer.max_fails and now - peer.checked <= peer.fail_timeout_ms
+                )
+
+            index = self.hashed(ctx, usable)
+            if index is not None:
+                chosen = peers[index]
+                if now - chosen.checked > chosen.fail_timeout_ms:
+                    chosen.checked = now
+                return chosen
         peer = self.primary.pick(now, tried)
         if peer is None and self.backup is not None:
             peer = self.backup.pick(now, tried)

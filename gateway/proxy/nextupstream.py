@@ -86,7 +86,7 @@ class NextUpstream:
         statuses = self.statuses
         tried: set[int] = set()
         for _attempt in range(pool.max_tries):
-            peer = balancer.pick(tried)
+            peer = balancer.pick(tried, ctx)
             if peer is None:
                 break
             tried.add(peer.index)

@@ -22,7 +22,7 @@ class UpstreamPool:
     def __init__(self, spec: UpstreamSpec) -> None:
         self.spec = spec
         self.name = spec.name
-        self.balancer = Balancer(spec.servers, monotonic_ms)
+        self.balancer = Balancer(spec.servers, monotonic_ms, spec.balance)
         self.connect_timeout = spec.connect_timeout_ms / 1000
         self.read_timeout = spec.read_timeout_ms / 1000
         self.send_timeout = spec.send_timeout_ms / 1000

@@ -40,6 +40,7 @@ from gateway.clock import monotonic_ms
 from gateway.config.overrides import Overrides
 from gateway.config.servers import ListenSpec
 from gateway.edge import EdgeServer, edge_settings, set_server_tokens
+from gateway.edge.proxyproto import ProxyProtocolSite
 from gateway.edge.tls import TlsListener, TlsSite
 from gateway.errors import ConfigErrors
 from gateway.logs import error as errorlog
@@ -156,13 +157,21 @@ class GatewayServer:
         assert self.runner is not None
         shutdown_s = self.config.spec.shutdown_timeout_ms / 1000
         if not entry.ssl:
-            return web.SockSite(self.runner, sock, backlog=BACKLOG, shutdown_timeout=shutdown_s)
+            site = ProxyProtocolSite if entry.proxy_protocol else web.SockSite
+            return site(self.runner, sock, backlog=BACKLOG, shutdown_timeout=shutdown_s)
         table = self.config.tls.get(entry.address)
         if table is None:
             sock.close()
             raise OSError(f"no certificate for {entry}")
         listener = self.tls_listeners[entry.address] = TlsListener(table)
-        return TlsSite(self.runner, sock, listener, backlog=BACKLOG, shutdown_timeout=shutdown_s)
+        return TlsSite(
+            self.runner,
+            sock,
+            listener,
+            proxy_protocol=entry.proxy_protocol,
+            backlog=BACKLOG,
+            shutdown_timeout=shutdown_s,
+        )
 
     def status(self) -> dict[str, Any]:
         return node_status(self.config, self.store, self.banlist, self.node.bans if self.node is not None else None)
