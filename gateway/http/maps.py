@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from gateway.http.context import RequestContext
 
 Match = re.Match[bytes]
-CaptureFn = Callable[["RequestContext", Match | None], bytes]
-MapValue = bytes | CaptureFn  # a constant, or a function of the request and the regex match
+CaptureFn = Callable[["RequestContext", Match], bytes]
+MapValue = bytes | KeyFn  # a constant, or a function of the request
+RegexValue = bytes | CaptureFn  # a regex's value: a constant, or a function of the request and the match
 NONE_V4 = 0xFFFFFFFF  # INADDR_NONE: what nginx looks up for an address it cannot use
 _MASKS = {
     (v, p): ((1 << bits) - 1) ^ ((1 << (bits - p)) - 1) for v, bits in ((4, 32), (6, 128)) for p in range(bits + 1)
@@ -59,7 +60,7 @@ class MapTable:
         hostnames: bool = False,
         heads: Mapping[bytes, MapValue] | None = None,
         tails: Mapping[bytes, MapValue] | None = None,
-        regexes: Sequence[tuple[re.Pattern[bytes], MapValue]] = (),
+        regexes: Sequence[tuple[re.Pattern[bytes], RegexValue]] = (),
     ) -> None:
         self.exact = dict(exact)
         self.default = default
@@ -70,8 +71,9 @@ class MapTable:
         # keys without ASCII letters match the source as it is: no need to lower-case it
         self.fold = any(key != key.lower() or key != key.upper() for key in self.exact)
 
-    def find(self, source: bytes) -> tuple[MapValue, Match | None]:
-        """The value that wins for ``source``, and the match of its regex (None for the others)."""
+    def find(self, source: bytes) -> tuple[MapValue | RegexValue, Match | None]:
+        """The value that wins for ``source``, and the match of its regex (None for the others:
+        then the value is not a regex's)."""
         if self.hostnames and source.endswith(b"."):
             source = source[:-1]
         folded = source.lower()
@@ -93,10 +95,10 @@ class MapTable:
                     return value, None
                 at = folded.rfind(b".", 0, at)
         if source:
-            for pattern, value in self.regexes:
+            for pattern, regex_value in self.regexes:
                 match = pattern.search(source)
                 if match is not None:
-                    return value, match
+                    return regex_value, match
         return self.default, None
 
     def lookup_fn(self, source: KeyFn) -> KeyFn:
@@ -106,7 +108,11 @@ class MapTable:
 
             def lookup(ctx: RequestContext) -> bytes:
                 value, match = find(source(ctx))
-                return value if value.__class__ is bytes else value(ctx, match)  # type: ignore[operator]
+                if isinstance(value, bytes):
+                    return value
+                if match is not None:
+                    return value(ctx, match)  # type: ignore[call-arg]
+                return value(ctx)  # type: ignore[call-arg]
 
             return lookup
         get = self.exact.get
@@ -115,13 +121,13 @@ class MapTable:
 
             def folded(ctx: RequestContext) -> bytes:
                 value = get(source(ctx).lower(), default)
-                return value if value.__class__ is bytes else value(ctx, None)  # type: ignore[operator]
+                return value if value.__class__ is bytes else value(ctx)  # type: ignore[operator]
 
             return folded
 
         def exact(ctx: RequestContext) -> bytes:
             value = get(source(ctx), default)
-            return value if value.__class__ is bytes else value(ctx, None)  # type: ignore[operator]
+            return value if value.__class__ is bytes else value(ctx)  # type: ignore[operator]
 
         return exact
 
@@ -282,12 +288,12 @@ class Variables(Mapping[str, _Variable]):
         exact: dict[bytes, MapValue] = {}
         heads: dict[bytes, MapValue] = {}
         tails: dict[bytes, MapValue] = {}
-        regexes: list[tuple[re.Pattern[bytes], MapValue]] = []
+        regexes: list[tuple[re.Pattern[bytes], RegexValue]] = []
         for entry in spec.entries:
             key = entry.key.encode("utf-8", "surrogateescape")
             if entry.kind in ("regex", "iregex"):
                 pattern = re.compile(key, re.IGNORECASE if entry.kind == "iregex" else 0)
-                regexes.append((pattern, self._value(entry.value, ipv6_prefix, pattern)))
+                regexes.append((pattern, self._regex_value(entry.value, ipv6_prefix, pattern)))
                 continue
             value = self._value(entry.value, ipv6_prefix)
             if entry.kind == "exact":
@@ -309,13 +315,16 @@ class Variables(Mapping[str, _Variable]):
         )
         return table.lookup_fn(compile_text(spec.source, variables=self))
 
-    def _value(self, template: KeyTemplate, ipv6_prefix: int, pattern: re.Pattern[bytes] | None = None) -> MapValue:
+    def _value(self, template: KeyTemplate, ipv6_prefix: int) -> MapValue:
         if not template.variables:
             return template.source.encode("utf-8", "surrogateescape")
-        captures = _capture_names(template, pattern.pattern.decode("utf-8", "surrogateescape")) if pattern else set()
+        return compile_text(template, ipv6_prefix=ipv6_prefix, variables=self)
+
+    def _regex_value(self, template: KeyTemplate, ipv6_prefix: int, pattern: re.Pattern[bytes]) -> RegexValue:
+        captures = _capture_names(template, pattern.pattern.decode("utf-8", "surrogateescape"))
         if not captures:
-            return partial(_of_request, compile_text(template, ipv6_prefix=ipv6_prefix, variables=self))
-        assert pattern is not None
+            value = self._value(template, ipv6_prefix)
+            return value if isinstance(value, bytes) else partial(_of_request, value)
         parts: list[CaptureFn] = []
         for kind, text in template.parts:
             if kind == "lit":
@@ -329,11 +338,11 @@ class Variables(Mapping[str, _Variable]):
         return lambda ctx, match: b"".join([part(ctx, match) for part in frozen])
 
 
-def _constant(data: bytes, ctx: RequestContext, match: Match | None) -> bytes:
+def _constant(data: bytes, ctx: RequestContext, match: Match) -> bytes:
     return data
 
 
-def _of_request(fn: KeyFn, ctx: RequestContext, match: Match | None) -> bytes:
+def _of_request(fn: KeyFn, ctx: RequestContext, match: Match) -> bytes:
     return fn(ctx)
 
 
@@ -393,7 +402,7 @@ def _capture_names(template: KeyTemplate, pattern: str) -> set[str]:
     return {name for name in template.variables if name in names}
 
 
-def _capture(name: str, pattern: re.Pattern[bytes]) -> Callable[[RequestContext, Match | None], bytes]:
+def _capture(name: str, pattern: re.Pattern[bytes]) -> CaptureFn:
     if name.isdigit():
         group: int | str = int(name)
         if int(name) > pattern.groups:
@@ -401,9 +410,7 @@ def _capture(name: str, pattern: re.Pattern[bytes]) -> Callable[[RequestContext,
     else:
         group = name
 
-    def capture(ctx: RequestContext, match: Match | None) -> bytes:
-        if match is None:
-            return b""
+    def capture(ctx: RequestContext, match: Match) -> bytes:
         return match.group(group) or b""
 
     return capture
