@@ -300,6 +300,18 @@ def test_a_map_used_twice_is_computed_once_per_request():
     assert ctx.variables is not None and list(ctx.variables.values()) == [b"v7"]
 
 
+def test_replay_contexts_can_hold_map_values():
+    from gateway.replay.simulate import context_of
+
+    compiled = load(
+        'maps:\n  probe: {source: $request_method, default: "", values: {POST: $remote_addr}}',
+        zones="  z: {type: req, key: $probe, rate: 1r/s}\n  c: {type: conn, key: $probe}",
+        route="    limit_req: [{zone: z}]\n    limit_conn: [{zone: c, max: 1}]\n",
+    )
+    ctx = context_of({"remote_addr": "10.1.2.3", "request": "POST /x HTTP/1.1"})
+    assert compiled.routes[0].limit_req[0].key(ctx) == b"10.1.2.3" == compiled.routes[0].limit_conn[0].key(ctx)
+
+
 def test_zone_ipv6_prefix_masks_the_address_a_map_gives():
     compiled = load(
         "maps:\n  probe: {source: $arg_a, default: $binary_remote_addr}",
