@@ -170,7 +170,7 @@ def parse_limits(r: Reader, value: Any, path: KeyPath, zones: Mapping[str, ZoneS
         if nodelay and "delay" in data:
             r.error(ipath, "use either nodelay or delay, not both")
         limit = r.field(data, "max", ipath, int_in(1, 65535, "number of connections"), 0)
-        cost = r.field(data, "cost", ipath, parse_cost, {})
+        cost = r.field(data, "cost", ipath, lambda v: parse_cost(v, r.defined), {})
         if name is None or burst is None or delay is None or limit is None or cost is None:
             continue
         out.append(

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from gateway.config.source import MAX_ERRORS, Document
 from gateway.config.units import parse_duration_ms, parse_size
 from gateway.errors import ConfigError, KeyPath
+from gateway.http.keys import NO_DEFINED, Defined
 
 T = TypeVar("T")
 _MISSING = object()
@@ -25,6 +26,8 @@ class Reader:
         self.doc = doc
         self.errors: list[ConfigError] = []
         self.warnings: list[ConfigError] = []
+        # the variables ``maps:`` and ``geo:`` define: parsed first, then every template may use them
+        self.defined: Defined = NO_DEFINED
 
     # -- reporting -------------------------------------------------------------
     def error(self, path: KeyPath, message: str, *, at_key: bool = False) -> None:

@@ -241,7 +241,7 @@ def _proxy_set_header(r: Reader, value: Any, path: KeyPath) -> tuple[tuple[str, 
     out: list[tuple[str, ValueTemplate]] = []
     for name, text in value.items():
         try:
-            out.append((_header_name(name), parse_value("" if text is None else text)))
+            out.append((_header_name(name), parse_value("" if text is None else text, defined=r.defined)))
         except ValueError as exc:
             r.error(path + (str(name),), str(exc))
     return tuple(out)
@@ -254,7 +254,7 @@ def _add_header(r: Reader, value: Any, path: KeyPath) -> tuple[AddHeaderSpec, ..
         if data is None or "name" not in data or "value" not in data:
             continue
         name = r.field(data, "name", path + (i,), _header_name, None)
-        text = r.field(data, "value", path + (i,), parse_value, None)
+        text = r.field(data, "value", path + (i,), lambda v: parse_value(v, defined=r.defined), None)
         always = r.field(data, "always", path + (i,), as_bool, False)
         if name is not None and text is not None:
             out.append(AddHeaderSpec(name=name, value=text, always=bool(always)))
@@ -284,8 +284,8 @@ def parse_return(r: Reader, value: Any, path: KeyPath) -> ReturnSpec | None:
     if data is None or "code" not in data:
         return None
     code = r.field(data, "code", path, int_in(200, 599, "status code"), None)
-    url = r.field(data, "url", path, parse_value, None)
-    text = r.field(data, "text", path, parse_body_text, None)
+    url = r.field(data, "url", path, lambda v: parse_value(v, defined=r.defined), None)
+    text = r.field(data, "text", path, lambda v: parse_body_text(v, r.defined), None)
     if code is None:
         return None
     if url is not None and code not in REDIRECT_CODES:

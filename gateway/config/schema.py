@@ -2,7 +2,8 @@
 whole ``ConfigSpec`` they build.
 
 Each section's specs and parser live in a module of their own (``listen``, ``edge``, ``realip``,
-``log``, ``admin``, ``metrics``, ``upstreams``, ``zones``, ``limits``, ``routes``, ``servers``,
+``log``, ``admin``, ``metrics``, ``upstreams``, ``maps`` (``maps:`` and ``geo:``, parsed first:
+every template may use their variables), ``zones``, ``limits``, ``routes``, ``servers``,
 ``tls``, ``access``, ``bans``, ``store``); the process-level scalars (``workers``,
 ``shutdown_timeout``, ``temp_path``, ``pid``, ``state_dir``) are read here. Every problem is reported with its
 file, line and key path; the parser keeps going after an error so that one ``gateway check``
@@ -23,6 +24,7 @@ from gateway.config.bans import BansSpec, parse_bans
 from gateway.config.edge import EDGE_KEYS, EdgeSpec, parse_edge
 from gateway.config.listen import check_tls, parse_listen, parse_listen_list
 from gateway.config.log import LogSpec, parse_log
+from gateway.config.maps import GeoSpec, MapSpec, parse_variables
 from gateway.config.metrics import MetricsSpec, parse_metrics
 from gateway.config.paths import resolve as resolve_pid_path
 from gateway.config.paths import resolve_state_dir
@@ -68,6 +70,8 @@ class ConfigSpec:
     pid: str | None = None  # the pid file's absolute path (gateway/runtime/pidfile.py); None: pid off
     state_dir: str = ""  # absolute: where the embedded store keeps its bans (gateway/bans/database.py)
     warnings: tuple[str, ...] = field(default=())
+    maps: Mapping[str, MapSpec] = field(default_factory=lambda: MappingProxyType({}))  # maps: (nginx's map)
+    geo: Mapping[str, GeoSpec] = field(default_factory=lambda: MappingProxyType({}))  # geo: (nginx's geo)
 
 
 TOP_KEYS = (
@@ -80,6 +84,8 @@ TOP_KEYS = (
     "admin",
     "metrics",
     "upstreams",
+    "maps",
+    "geo",
     "zones",
     "defaults",
     "rules",
@@ -110,6 +116,9 @@ def parse_config(doc: Document) -> ConfigSpec:
     workers = _workers(r, data)
     shutdown_ms = r.field(data, "shutdown_timeout", (), duration_ms, 30_000)
     upstreams = parse_upstreams(r, data.get("upstreams"), ("upstreams",)) if "upstreams" in data else {}
+    variables = parse_variables(r, data) if "maps" in data or "geo" in data else None
+    if variables is not None:
+        r.defined = variables.defined
     zones = parse_zones(r, data.get("zones"), ("zones",)) if "zones" in data else ZoneTable()
     defaults = (
         parse_settings(r, data["defaults"], ("defaults",), zones, upstreams, allowed=ROUTE_SETTING_KEYS)
@@ -163,6 +172,8 @@ def parse_config(doc: Document) -> ConfigSpec:
         pid=(pid := _pid(r, data, doc.file)),
         state_dir=_state_dir(r, data, pid, doc.file),
         warnings=tuple(str(w) for w in r.warnings),
+        maps=MappingProxyType(dict(variables.maps)) if variables is not None else MappingProxyType({}),
+        geo=MappingProxyType(dict(variables.geo)) if variables is not None else MappingProxyType({}),
     )
     if r.errors:
         raise ConfigErrors(r.errors)

@@ -21,6 +21,8 @@ from gateway.http.keys import (
     DEFAULT_MAX_KEY,
     MAX_MAX_KEY,
     MIN_MAX_KEY,
+    NO_DEFINED,
+    Defined,
     KeyTemplate,
     is_variable_name,
     parse_key,
@@ -115,7 +117,7 @@ def parse_zones(r: Reader, value: Any, path: KeyPath) -> ZoneTable:
         data = r.mapping(body, zpath, ZONE_KEYS[ztype], required=ZONE_REQUIRED[ztype])
         if data is None:
             continue
-        key = r.field(data, "key", zpath, parse_key)
+        key = r.field(data, "key", zpath, lambda v: parse_key(v, r.defined))
         if key is not None and not key.variables and key.source != GLOBAL_KEY:
             r.warn(zpath + ("key",), constant_key_warning(key))
         zone_bytes = r.field(data, "size", zpath, zone_size, 10 * 1024 * 1024)
@@ -131,7 +133,11 @@ def parse_zones(r: Reader, value: Any, path: KeyPath) -> ZoneTable:
         window = r.field(data, "window", zpath, positive_duration_ms) if counted else 0
         max_key = r.field(data, "max_key", zpath, int_in(MIN_MAX_KEY, MAX_MAX_KEY, "max_key"), DEFAULT_MAX_KEY)
         ipv6_prefix = r.field(data, "ipv6_prefix", zpath, int_in(1, 128, "ipv6_prefix"), 128)
-        if ipv6_prefix != 128 and key is not None and not set(key.variables) & set(ADDRESS_VARIABLES):
+        if (
+            ipv6_prefix != 128
+            and key is not None
+            and not set(key.variables) & {*ADDRESS_VARIABLES, *r.defined.addressed}
+        ):
             r.error(
                 zpath + ("ipv6_prefix",),
                 "ipv6_prefix only changes $binary_remote_addr and $remote_addr, and the key uses neither",
@@ -188,7 +194,7 @@ def _algo_zone(r: Reader, data: dict[str, Any], zpath: KeyPath, ztype: str) -> d
         return _token_zone(r, data, zpath)
     rate = r.field(data, "rate", zpath, parse_period_rate)
     burst = r.field(data, "burst", zpath, int_in(0, MAX_BURST, "burst"), 0)
-    cost = r.field(data, "cost", zpath, parse_cost, {"cost": 1})
+    cost = r.field(data, "cost", zpath, lambda v: parse_cost(v, r.defined), {"cost": 1})
     if rate is None or burst is None or cost is None:
         return None
     if rate.count > rate.period_s * 1_000_000:
@@ -217,10 +223,10 @@ def _token_zone(r: Reader, data: dict[str, Any], zpath: KeyPath) -> dict[str, An
     return {"period_rate": rate, "warmup_ms": warmup, "max_delay_ms": max_delay}
 
 
-def parse_cost(value: Any) -> dict[str, Any]:
+def parse_cost(value: Any, defined: Defined = NO_DEFINED) -> dict[str, Any]:
     """``cost``: a whole number of units (0 peeks), or a variable such as ``$http_x_cost``."""
     if isinstance(value, str) and value.startswith("$"):
-        return {"cost_var": parse_key(value)}
+        return {"cost_var": parse_key(value, defined)}
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BURST:
         raise ValueError(f"invalid cost {value!r}: a whole number from 0 to {MAX_BURST}, or a variable")
     return {"cost": value}

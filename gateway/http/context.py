@@ -48,6 +48,7 @@ class RequestContext:
         "upstream_status",
         "upstream_time",
         "uri",
+        "variables",
         "version",
     )
 
@@ -104,6 +105,7 @@ class RequestContext:
         self.body_bytes_sent = -1
         self.logged = False
         self.extra: dict[str, str] | None = None
+        self.variables: dict[int, bytes] | None = None  # maps and geo used more than once (gateway.http.maps)
         # Called once, just before the response's last bytes go to the client (the pipeline
         # gives back limit_conn slots there: the client's next request must find them free).
         self.on_last_write: Callable[[], None] | None = None

@@ -9,6 +9,10 @@ Supported variables: ``$binary_remote_addr`` (4 or 16 raw bytes), ``$remote_addr
 ``$host``, ``$request_method``, ``$server_port``, ``$scheme``. ``${name}`` is accepted
 too, for a variable followed by letters.
 
+Variables defined by the configuration (``maps:`` and ``geo:``, see ``gateway.http.maps``)
+are accepted when the parser is given their names (``Defined``) and compiled through the
+``variables`` mapping; a config without them compiles exactly as before.
+
 Two zone settings are compiled into the extractor, so the request path pays nothing
 for them when they are off and never parses an address:
 
@@ -27,15 +31,41 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from gateway.http.context import RequestContext
 
 KeyFn = Callable[["RequestContext"], bytes]
+
+
+class UserVariable(Protocol):
+    """A variable the configuration defines (a map or a geo), as the key compiler uses it."""
+
+    @property
+    def longest(self) -> int | None:
+        """The most bytes its value can have, or None when unbounded."""
+
+    def key_fn(self, ipv6_prefix: int) -> KeyFn:
+        """Its value for a request; ``ipv6_prefix`` masks the client address its values hold."""
+
+
+UserVariables = Mapping[str, UserVariable]
+
+
+@dataclass(frozen=True, slots=True)
+class Defined:
+    """The names of the variables a configuration defines, as its parser checks templates."""
+
+    names: frozenset[str] = frozenset()
+    binary: frozenset[str] = frozenset()  # can hold $binary_remote_addr's raw bytes: not for texts
+    addressed: frozenset[str] = frozenset()  # can hold the client's address: a zone's ipv6_prefix applies
+
+
+NO_DEFINED = Defined()
 
 _SIMPLE = {
     "binary_remote_addr",
@@ -81,8 +111,9 @@ def is_variable_name(name: str) -> bool:
     return name in _SIMPLE or (name.startswith(_PREFIXED) and len(name) > len(name.split("_", 1)[0]) + 1)
 
 
-def parse_key(value: object) -> KeyTemplate:
-    """Parse a key template; raise ValueError naming an unknown variable like nginx does."""
+def parse_key(value: object, defined: Defined = NO_DEFINED) -> KeyTemplate:
+    """Parse a key template; raise ValueError naming an unknown variable like nginx does.
+    The names in ``defined`` (maps and geo of the configuration) are variables too."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a key such as $binary_remote_addr, got {value!r}")
     parts: list[tuple[str, str]] = []
@@ -91,7 +122,7 @@ def parse_key(value: object) -> KeyTemplate:
         if match.start() > pos:
             parts.append(("lit", value[pos : match.start()]))
         name = match.group(1) or match.group(2)
-        if not is_variable_name(name):
+        if not is_variable_name(name) and name not in defined.names:
             raise ValueError(f'unknown "{name}" variable')
         parts.append(("var", name))
         pos = match.end()
@@ -200,8 +231,11 @@ def _remote_addr(ipv6_prefix: int) -> KeyFn:
     return extract
 
 
-def key_variable(name: str, ipv6_prefix: int = 128) -> KeyFn:
-    """The bytes of one key variable (``$binary_remote_addr``, ``$http_x``, ...) of a request."""
+def key_variable(name: str, ipv6_prefix: int = 128, variables: UserVariables | None = None) -> KeyFn:
+    """The bytes of one key variable (``$binary_remote_addr``, ``$http_x``, ...) of a request;
+    a name in ``variables`` is the configuration's own (a map or a geo)."""
+    if variables is not None and name in variables:
+        return variables[name].key_fn(ipv6_prefix)
     if name == "binary_remote_addr":
         return _binary_remote_addr(ipv6_prefix)
     if name == "remote_addr":
@@ -231,7 +265,7 @@ def _literal(data: bytes) -> KeyFn:
     return lambda ctx: data
 
 
-def longest_key(template: KeyTemplate) -> int | None:
+def longest_key(template: KeyTemplate, variables: UserVariables | None = None) -> int | None:
     """The most bytes the template can produce, or None when a variable is unbounded."""
     total = 0
     for kind, value in template.parts:
@@ -239,6 +273,11 @@ def longest_key(template: KeyTemplate) -> int | None:
             total += len(value.encode())
         elif value in _BOUNDED:
             total += _BOUNDED[value]
+        elif variables is not None and value in variables:
+            longest = variables[value].longest
+            if longest is None:
+                return None
+            total += longest
         else:
             return None
     return total
@@ -257,13 +296,15 @@ def _bounded(fn: KeyFn, max_key: int) -> KeyFn:
     return extract
 
 
-def _concatenate(template: KeyTemplate, ipv6_prefix: int) -> KeyFn:
+def _concatenate(template: KeyTemplate, ipv6_prefix: int, variables: UserVariables | None) -> KeyFn:
     fns: list[KeyFn] = []
     for kind, value in template.parts:
         if kind == "var":
-            fns.append(key_variable(value, ipv6_prefix))
+            fns.append(key_variable(value, ipv6_prefix, variables))
         else:
             fns.append(_literal(value.encode()))
+    if not fns:
+        return _literal(b"")
     if len(fns) == 1:
         return fns[0]
     if len(fns) == 2:
@@ -272,20 +313,32 @@ def _concatenate(template: KeyTemplate, ipv6_prefix: int) -> KeyFn:
     return lambda ctx: b"".join([fn(ctx) for fn in fns])
 
 
-def compile_key(template: KeyTemplate, *, max_key: int = DEFAULT_MAX_KEY, ipv6_prefix: int = 128) -> KeyFn:
+def compile_text(template: KeyTemplate, *, ipv6_prefix: int = 128, variables: UserVariables | None = None) -> KeyFn:
+    """The template's bytes for a request, whatever their length (a map's source and values)."""
+    return _concatenate(template, ipv6_prefix, variables)
+
+
+def compile_key(
+    template: KeyTemplate,
+    *,
+    max_key: int = DEFAULT_MAX_KEY,
+    ipv6_prefix: int = 128,
+    variables: UserVariables | None = None,
+) -> KeyFn:
     """Build the extractor; a key of one variable costs one call, nothing more.
 
     Like nginx's complex values, literal text is kept even when every variable is
     empty, so only a key made of variables alone can come out empty (and be skipped).
     A template that can produce more than ``max_key`` bytes gets its long keys hashed;
-    ``ipv6_prefix`` below 128 masks IPv6 client addresses (see the module docstring).
+    ``ipv6_prefix`` below 128 masks IPv6 client addresses (see the module docstring);
+    ``variables``: the maps and geo of the configuration, by name.
     """
     if not 1 <= ipv6_prefix <= 128:
         raise ValueError(f"ipv6_prefix must be between 1 and 128, got {ipv6_prefix}")
     if not MIN_MAX_KEY <= max_key <= MAX_MAX_KEY:
         raise ValueError(f"max_key must be between {MIN_MAX_KEY} and {MAX_MAX_KEY}, got {max_key}")
-    fn = _concatenate(template, ipv6_prefix)
-    longest = longest_key(template)
+    fn = _concatenate(template, ipv6_prefix, variables)
+    longest = longest_key(template, variables)
     if longest is not None and longest <= max_key:
         return fn
     return _bounded(fn, max_key)

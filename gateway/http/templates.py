@@ -11,8 +11,9 @@ Variables: those of limit keys except ``$binary_remote_addr`` (``$remote_addr``,
 ``$realip_remote_addr``, ``$server_name``, ``$ssl_protocol``, ``$ssl_cipher``, ``$https``,
 ``$proxy_protocol_addr``, ``$proxy_protocol_port``
 and ``$proxy_add_x_forwarded_for`` (the
-client's ``X-Forwarded-For`` with ``$remote_addr`` appended). CR, LF and NUL never
-reach a header: they are replaced by a space.
+client's ``X-Forwarded-For`` with ``$remote_addr`` appended), and the configuration's
+maps and geo (``gateway.http.maps``) except those that can hold raw address bytes.
+CR, LF and NUL never reach a header: they are replaced by a space.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.http.keys import key_variable, parse_key
+from gateway.http.keys import NO_DEFINED, Defined, UserVariables, key_variable, parse_key
 
 if TYPE_CHECKING:
     from gateway.http.context import RequestContext
@@ -58,13 +59,19 @@ class ValueTemplate:
 _VAR = re.compile(r"\$(?:\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
 
 
-def parse_body_text(value: object) -> ValueTemplate:
+def builtin_text_variable(name: str) -> bool:
+    """``name`` is one of the variables only texts have (``$args``, ``$server_name``, ...)."""
+    return name in _EXTRA
+
+
+def parse_body_text(value: object, defined: Defined = NO_DEFINED) -> ValueTemplate:
     """A response body (``return``'s text): line breaks allowed."""
-    return parse_value(value, body=True)
+    return parse_value(value, body=True, defined=defined)
 
 
-def parse_value(value: object, *, body: bool = False) -> ValueTemplate:
-    """Parse a text with variables; raise ValueError naming an unknown one like nginx does."""
+def parse_value(value: object, *, body: bool = False, defined: Defined = NO_DEFINED) -> ValueTemplate:
+    """Parse a text with variables; raise ValueError naming an unknown one like nginx does.
+    The names in ``defined`` (maps and geo of the configuration) are variables too."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
@@ -79,8 +86,10 @@ def parse_value(value: object, *, body: bool = False) -> ValueTemplate:
         name = match.group(1) or match.group(2)
         if name == "binary_remote_addr":
             raise ValueError('"$binary_remote_addr" is raw bytes: use $remote_addr in a text')
+        if name in defined.binary:
+            raise ValueError(f'"${name}" can hold $binary_remote_addr (raw bytes): it cannot be used in a text')
         if name not in _EXTRA:
-            parse_key("$" + name)  # raises ValueError for an unknown variable
+            parse_key("$" + name, defined)  # raises ValueError for an unknown variable
         parts.append(("var", name))
         pos = match.end()
     if pos < len(value):
@@ -101,7 +110,7 @@ def _literal(text: str) -> ValueFn:
     return lambda ctx: text
 
 
-def _variable(name: str) -> ValueFn:
+def _variable(name: str, variables: UserVariables | None) -> ValueFn:
     if name == "args":
         return lambda ctx: ctx.raw_query
     if name == "realip_remote_addr":
@@ -120,19 +129,19 @@ def _variable(name: str) -> ValueFn:
         return lambda ctx: ctx.proxy.addr_text if ctx.proxy is not None else ""
     if name == "proxy_protocol_port":
         return lambda ctx: ctx.proxy.port_text if ctx.proxy is not None else ""
-    fn = key_variable(name)
+    fn = key_variable(name, variables=variables)
     return lambda ctx: fn(ctx).decode("utf-8", "surrogateescape")
 
 
-def compile_value(template: ValueTemplate, *, body: bool = False) -> ValueFn:
+def compile_value(template: ValueTemplate, *, body: bool = False, variables: UserVariables | None = None) -> ValueFn:
     """The text's function of the request; in a header (not ``body``), CR/LF/NUL from
-    variables become spaces."""
+    variables become spaces. ``variables``: the maps and geo of the configuration, by name."""
     if template.constant:
         return _literal(template.source)
     fns: list[ValueFn] = []
     for kind, value in template.parts:
         if kind == "var":
-            fns.append(_variable(value))
+            fns.append(_variable(value, variables))
         else:
             fns.append(_literal(value))
     frozen = tuple(fns)

@@ -13,7 +13,8 @@ route switches inherited limits off.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,8 @@ from gateway.config.schema import ConfigSpec
 from gateway.config.zones import ZoneSpec
 from gateway.edge.tls import SniTable, sni_tables
 from gateway.http.addheader import AddedHeader
-from gateway.http.keys import KeyFn, compile_key
+from gateway.http.keys import KeyFn, KeyTemplate, compile_key
+from gateway.http.maps import Variables
 from gateway.http.realip import Network, RealIp
 from gateway.http.returns import ReturnPlan
 from gateway.http.routing import Location, LocationTable
@@ -113,7 +115,7 @@ PROXY_SET_IGNORED = frozenset(
 )  # fmt: skip
 
 
-def _set_headers(items: tuple[tuple[str, ValueTemplate], ...] | None) -> SetHeaders | None:
+def _set_headers(items: tuple[tuple[str, ValueTemplate], ...] | None, variables: Variables | None) -> SetHeaders | None:
     if not items:
         return None
     kept = [(name, value) for name, value in items if name.lower() not in PROXY_SET_IGNORED]
@@ -123,32 +125,34 @@ def _set_headers(items: tuple[tuple[str, ValueTemplate], ...] | None) -> SetHead
         return None
     return SetHeaders(
         names=frozenset(name.lower() for name, _ in kept),
-        values=tuple((name, compile_value(value)) for name, value in kept if value.source),
+        values=tuple((name, compile_value(value, variables=variables)) for name, value in kept if value.source),
     )
 
 
-def _rewrite(route: RouteSpec, set_header: tuple[tuple[str, ValueTemplate], ...] | None) -> UpstreamRewrite | None:
-    headers = _set_headers(set_header)
+def _rewrite(
+    route: RouteSpec, set_header: tuple[tuple[str, ValueTemplate], ...] | None, variables: Variables | None
+) -> UpstreamRewrite | None:
+    headers = _set_headers(set_header, variables)
     if route.uri is None and headers is None:
         return None
     cut = len(route.location.value) if route.uri is not None else 0
     return UpstreamRewrite(route.uri, cut, headers.fields if headers is not None else None)
 
 
-def _return(spec: ReturnSpec | None) -> ReturnPlan | None:
+def _return(spec: ReturnSpec | None, variables: Variables | None) -> ReturnPlan | None:
     if spec is None:
         return None
     return ReturnPlan(
         code=spec.code,
-        url=compile_value(spec.url) if spec.url is not None else None,
-        text=compile_value(spec.text, body=True) if spec.text is not None else None,
+        url=compile_value(spec.url, variables=variables) if spec.url is not None else None,
+        text=compile_value(spec.text, body=True, variables=variables) if spec.text is not None else None,
     )
 
 
 def _rules(specs: tuple[RuleSpec, ...]) -> tuple[RulePlan, ...]:
     out = []
     for spec in specs:
-        ret = _return(spec.ret)
+        ret = _return(spec.ret, None)  # rules take the built-in variables only (maps and geo: not yet)
         assert ret is not None
         out.append(RulePlan(str(spec.condition), compile_condition(spec.condition), ret))
     return tuple(out)
@@ -219,12 +223,15 @@ def _pick(route: RouteSettings, defaults: RouteSettings, name: str, fallback: ob
 
 def compile_config(spec: ConfigSpec) -> CompiledConfig:
     zones = spec.zones
+    # maps and geo: compiled once here, each on first use (a config without them pays nothing)
+    variables = Variables(spec.maps, spec.geo, variable_uses(spec)) if spec.maps or spec.geo else None
     key_fns: dict[str, KeyFn] = {
-        name: compile_key(zone.key, max_key=zone.max_key, ipv6_prefix=zone.ipv6_prefix) for name, zone in zones.items()
+        name: compile_key(zone.key, max_key=zone.max_key, ipv6_prefix=zone.ipv6_prefix, variables=variables)
+        for name, zone in zones.items()
     }
     servers: list[ServerPlan] = []
     for server in spec.servers:
-        plans = tuple(_route_plan(route, spec, key_fns) for route in server.routes)
+        plans = tuple(_route_plan(route, spec, key_fns, variables) for route in server.routes)
         table = LocationTable([(plan.location, plan) for plan in plans])
         servers.append(ServerPlan(name=server.name, routes=plans, table=table, rules=_rules(server.rules)))
     vhosts = ServerTable([(s.names, s.listen, s.default, plan) for s, plan in zip(spec.servers, servers, strict=True)])
@@ -242,7 +249,9 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
     )
 
 
-def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -> RoutePlan:
+def _route_plan(
+    route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn], variables: Variables | None
+) -> RoutePlan:
     zones = spec.zones
     s, d = route.settings, spec.defaults
     req_specs = s.limit_req if s.limit_req is not None else (d.limit_req or ())
@@ -268,7 +277,7 @@ def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -
     conn_limits = tuple(
         ConnLimit(zone=z, key=key_fns[z], max=m, counts=STATS.slots(z, "limit_conn")) for z, m in all_conn
     )
-    algo_limits = tuple(_algo(zones[u.zone], key_fns[u.zone], u) for u in uses if u.type in algo_types())
+    algo_limits = tuple(_algo(zones[u.zone], key_fns[u.zone], u, variables) for u in uses if u.type in algo_types())
     return RoutePlan(
         index=route.index,
         location=route.location,
@@ -288,12 +297,14 @@ def _route_plan(route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn]) -
         dry_run=bool(_pick(s, d, "dry_run", False)),
         ratelimit_headers=bool(_pick(s, d, "ratelimit_headers", True)),
         ratelimit_policy=_policy(req_limits, count_limits, conn_limits, algo_limits),
-        rewrite=_rewrite(route, s.proxy_set_header if s.proxy_set_header is not None else d.proxy_set_header),
+        rewrite=_rewrite(
+            route, s.proxy_set_header if s.proxy_set_header is not None else d.proxy_set_header, variables
+        ),
         add_header=tuple(
-            AddedHeader(a.name, compile_value(a.value), a.always)
+            AddedHeader(a.name, compile_value(a.value, variables=variables), a.always)
             for a in (s.add_header if s.add_header is not None else (d.add_header or ()))
         ),
-        ret=_return(route.ret),
+        ret=_return(route.ret, variables),
         rules=_rules(route.rules),
         answers=bool(route.rules) or route.ret is not None,
         label=str(route.location),
@@ -329,7 +340,7 @@ def _policy(
     return ", ".join(items)
 
 
-def _algo(zone: ZoneSpec, key: KeyFn, use: LimitUseSpec) -> AlgoLimit:
+def _algo(zone: ZoneSpec, key: KeyFn, use: LimitUseSpec, variables: Variables | None) -> AlgoLimit:
     cost_var = use.cost_var if use.cost is None and use.cost_var is not None else None
     if use.cost is None and use.cost_var is None:
         cost_var = zone.cost_var
@@ -339,7 +350,7 @@ def _algo(zone: ZoneSpec, key: KeyFn, use: LimitUseSpec) -> AlgoLimit:
         key=key,
         params=algo_type(zone.type).params_of(zone),
         cost=use.cost if use.cost is not None else zone.cost,
-        cost_key=compile_key(cost_var, max_key=64) if cost_var is not None else None,
+        cost_key=compile_key(cost_var, max_key=64, variables=variables) if cost_var is not None else None,
         counts=STATS.slots(zone.name, "limit_" + zone.type),
     )
 
@@ -359,3 +370,35 @@ def _req(zone: ZoneSpec, key: KeyFn, burst: int, delay: int, nodelay: bool) -> R
         rate_count=zone.rate.count,
         counts=STATS.slots(zone.name, "limit_req"),
     )
+
+
+def variable_uses(spec: ConfigSpec) -> Counter[str]:
+    """How many templates of the configuration name each variable: a map or geo named more than
+    once may be needed more than once per request, and keeps its value in the request context."""
+    templates: list[KeyTemplate | ValueTemplate] = []
+    for zone in spec.zones.values():
+        templates.append(zone.key)
+        if zone.cost_var is not None:
+            templates.append(zone.cost_var)
+    settings = [spec.defaults] + [route.settings for server in spec.servers for route in server.routes]
+    for s in settings:
+        templates += [value for _, value in s.proxy_set_header or ()]
+        templates += [a.value for a in s.add_header or ()]
+        templates += [u.cost_var for u in s.limits or () if u.cost_var is not None]
+    for server in spec.servers:
+        for route in server.routes:
+            if route.ret is not None:
+                templates += [t for t in (route.ret.url, route.ret.text) if t is not None]
+    for m in spec.maps.values():
+        templates += [m.source, m.default, *(entry.value for entry in m.entries)]
+    for g in spec.geo.values():
+        if g.source is not None:
+            templates.append(g.source)
+    return Counter(_names(templates))
+
+
+def _names(templates: Iterable[KeyTemplate | ValueTemplate]) -> Iterable[str]:
+    for template in templates:
+        for kind, name in template.parts:
+            if kind == "var":
+                yield name

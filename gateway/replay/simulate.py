@@ -203,6 +203,7 @@ def context_of(fields: dict[str, str]) -> RequestContext:
     port = fields.get("server_port", "")
     ctx.server_port = int(port) if port.isdigit() else 80
     ctx.uri = ""
+    ctx.variables = None  # maps and geo used more than once keep their values here
     return ctx
 
 

@@ -105,6 +105,10 @@ def _every_section(tmp: Path) -> str:
             servers: [{{address: 127.0.0.1:9000, weight: 1}}]
             scheme: https
             tls_ca: {cert}
+        maps:
+          m: {{source: $uri, default: x, hostnames: false, values: {{a: b}}}}
+        geo:
+          g: {{source: $remote_addr, default: x, ranges: false, values: {{10.0.0.0/8: y}}}}
         zones:
         """
         )
