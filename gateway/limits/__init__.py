@@ -12,5 +12,5 @@
 
 A new zone type is three files: its module here (with ``ZONE_TYPE``), its script in
 ``scripts/lua/`` (defining ``<type>_algo_peek`` and ``<type>_algo_commit``), and its keys in
-the config schema (``gateway/config/schema.py``).
+the config schema (``gateway/config/zones.py``).
 """

@@ -33,3 +33,36 @@ def test_the_readme_stays_a_readme() -> None:
     """The README is for users: the reference, the design and the benchmarks live in docs/."""
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 300, f"README.md has {len(lines)} lines; move the detail to docs/"
+
+
+def test_every_path_and_module_the_docs_name_exists() -> None:
+    """A file or module named in the README, CONTRIBUTING or docs/ is one the tree has: a page
+    that describes the layout cannot drift from it unnoticed."""
+    import importlib.util
+    import re
+
+    texts = {p: p.read_text() for p in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")]}
+    missing = []
+    for page, text in texts.items():
+        for path in set(re.findall(r"(?<![\w/.-])((?:gateway|scripts|tests|conf|contrib)/[\w./-]*\w)(?![\w*<])", text)):
+            if not (ROOT / path).exists():
+                missing.append(f"{page.name}: {path}")
+        for module in set(re.findall(r"(?<![\w./])(gateway(?:\.[a-z_]+)+)(?![\w*])", text)):
+            if module.rsplit(".", 1)[1] in ("pid", "yaml", "log", "token", "toml", "service", "conf"):
+                continue  # a file name, not a module
+            if importlib.util.find_spec(module.rsplit(".", 1)[0]) is None:
+                missing.append(f"{page.name}: {module}")
+                continue
+            if importlib.util.find_spec(module) is None and not _attribute_exists(module):
+                missing.append(f"{page.name}: {module}")
+    assert not missing, "named in the docs but not in the tree:\n" + "\n".join(sorted(missing))
+
+
+def _attribute_exists(dotted: str) -> bool:
+    import importlib
+
+    module, _, name = dotted.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
