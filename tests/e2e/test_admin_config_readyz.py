@@ -53,7 +53,7 @@ async def test_config_is_the_active_config_with_secrets_redacted(gateway_factory
     for secret in (REDIS_PASSWORD, ADMIN_TOKEN, "upstream-Secret-value", "added-Secret-value"):
         assert secret not in text
     body = json.loads(text)
-    assert body["listen"] == [{"host": "127.0.0.1", "port": gw.port, "ssl": False}]
+    assert body["listen"] == [{"host": "127.0.0.1", "port": gw.port, "ssl": False, "proxy_protocol": False}]
     assert body["admin"]["token"] == "REDACTED"
     assert body["store"]["redis"]["url"] == f"redis://REDACTED@127.0.0.1:{redis_server.port}/0?password=REDACTED"
     assert body["store"]["redis"]["prefix"] == "t:"
