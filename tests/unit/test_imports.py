@@ -141,3 +141,25 @@ def test_no_import_cycle_between_packages() -> None:
 @pytest.mark.parametrize("edge", sorted(ALLOWED))
 def test_every_allowed_edge_still_exists(edge: tuple[str, str]) -> None:
     assert edge[1] in package_graph().get(edge[0], set()), f"{edge} is allowed but no longer imported: drop it"
+
+
+def test_package_faces_only_re_export() -> None:
+    """Each ``__init__.py`` holds a docstring, imports and ``__all__`` (the top package also its
+    ``__version__``): where the code of a package lives is in the tree, never in its face."""
+    problems = []
+    for path in sorted(PACKAGE.rglob("__init__.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for i, node in enumerate(tree.body):
+            if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # the docstring
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                continue
+            if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] in (
+                ["__all__"],
+                ["__version__"],
+            ):
+                continue
+            problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: {type(node).__name__}")
+        if not (tree.body and isinstance(tree.body[0], ast.Expr)):
+            problems.append(f"{path.relative_to(ROOT)}: no docstring")
+    assert not problems, "\n".join(problems)
