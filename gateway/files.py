@@ -1,4 +1,5 @@
-"""Reading a file that the configuration names, within a bound, and never blocking on it.
+"""Reading a file that the configuration names, within a bound, and never blocking on it; and
+creating a private directory (every missing component mode 0700).
 
 A configuration names files (``access.deny_file``, certificates, CA bundles, the
 configuration itself, the files an nginx configuration includes), and whoever wrote it
@@ -16,6 +17,7 @@ callers' ``except OSError`` handlers report it like a missing file, at the key n
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -100,3 +102,20 @@ def bounded_lines(handle: BinaryIO, limit: int) -> Iterator[bytes]:
         if left < 0:
             raise too_large(limit)
         yield line
+
+
+def make_private_dir(path: str) -> None:
+    """Create ``path`` mode 0700, and each of its missing parents mode 0700 too (``os.makedirs``
+    gives the parents the umask's mode); an existing one is left as it is, for the caller to
+    check. Raises OSError."""
+    missing = []
+    current = os.path.abspath(path)
+    while current and not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)

@@ -20,8 +20,9 @@ import secrets
 import stat
 from dataclasses import dataclass, field
 
-from gateway.config.paths import make_private_dir, runtime_dir
+from gateway.config.paths import runtime_dir
 from gateway.config.validate import valid_token
+from gateway.files import make_private_dir
 
 TOKEN_BYTES = 32
 MAX_TOKEN_FILE = 4096

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from gateway.bans.table import Ban
 from gateway.errors import BanStoreError
+from gateway.files import make_private_dir
 
 FILE_NAME = "bans.sqlite3"
 SCHEMA = """
@@ -79,7 +80,7 @@ class BanDatabase:
     def open(self) -> None:
         """Create the directory and the file if needed, check the file, switch to WAL."""
         try:
-            os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+            make_private_dir(self.state_dir)
             st = os.stat(self.state_dir)
         except OSError as exc:
             raise self._fail("create the directory of", exc) from None

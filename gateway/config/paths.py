@@ -13,7 +13,6 @@ one, ``$XDG_STATE_HOME/gateway/run`` (default ``~/.local/state/gateway/run``), a
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import stat
@@ -72,16 +71,6 @@ def runtime_dir() -> RuntimeDir:
     if reason is None:
         return RuntimeDir(primary)
     return RuntimeDir(fallback_runtime_dir(), reason)
-
-
-def make_private_dir(path: str) -> None:
-    """Create ``path`` mode 0700 (its missing parents too) when it does not exist; an existing one is
-    left as it is, for the caller to check. Raises OSError."""
-    parent = os.path.dirname(path)
-    if parent and not os.path.isdir(parent):
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
 
 
 def default_path(config_file: str) -> str:

@@ -22,6 +22,7 @@ import secrets
 import stat
 
 from gateway.errors import GatewayError
+from gateway.files import make_private_dir
 
 
 class PidFileError(GatewayError):
@@ -86,7 +87,7 @@ def write(path: str) -> bool:
     when others can write it or own it (a neighbour could swap the file in a shared /tmp)."""
     directory, name = os.path.split(path)
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_private_dir(directory)
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise PidFileError(f"cannot use {directory} for the pid file: {exc.strerror}") from None
