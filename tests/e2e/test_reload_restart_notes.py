@@ -76,6 +76,7 @@ async def test_every_setting_a_reload_cannot_apply_is_in_the_notes(gateway_facto
         "bans.sync_interval",
         "shutdown_timeout",
         "pid",
+        "state_dir",  # its default sits beside the pid file, so it moved with it
     }, reply
     assert f"another-{TOKEN}" not in json.dumps(reply)  # names the key, never a secret's value
     assert "metrics.listen changes take effect on restart" in gw.stderr()

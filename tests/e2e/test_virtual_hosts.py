@@ -70,13 +70,14 @@ async def test_server_name_order_default_server_and_listen_per_server(gateway_fa
         b"abc.example.net": "~^(?<sub>[a-z]+)\\.example\\.net$|abc.example.net",  # both match: the first
         b"a-1.example.net": "~^a.+\\.example\\.net$|a-1.example.net",  # only the second
         b"unknown.test": "fallback.test|unknown.test",  # default_server, although not the first
-        b"": "fallback.test|",
         b"other.test": "fallback.test|other.test",  # other.test does not listen here
     }
     for host, expected in cases.items():
         out = await ask(gw.port, host)
         assert out.startswith(b"HTTP/1.1 200"), (host, out[:60])
         assert body(out) == expected, host
+    # an empty Host is refused, as nginx refuses it ("client sent invalid host header")
+    assert (await ask(gw.port, b"")).startswith(b"HTTP/1.1 400")
     # an absolute-form target's authority is the host, whatever Host says
     out = await ask(gw.port, b"fallback.test", b"http://api.example.com/")
     assert body(out) == "api.example.com|api.example.com"
