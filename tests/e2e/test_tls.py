@@ -498,7 +498,7 @@ routes:
     assert table.context_for("v1.API.test") is table.context_for("api.test") is not table.default
     assert table.context_for("unknown.test") is table.default
     for bad, message in [
-        ('listen: "127.0.0.1:8443 tls"', "invalid port"),
+        ('listen: "127.0.0.1:8443 tls"', "unknown or repeated listen parameter 'tls'"),
         ("listen: [{address: 127.0.0.1:8443, ssl: yes please}]", "expected true or false"),
         ("listen: [{ssl: true}]", "missing required key 'address'"),
         ("listen: [127.0.0.1:8443, '127.0.0.1:8443 ssl']", "duplicate listen 127.0.0.1:8443"),
