@@ -117,13 +117,15 @@ def test_the_wheel_holds_every_package_and_the_lua_scripts(installed: Installed)
 def test_the_wheel_holds_the_status_page(installed: Installed) -> None:
     """The page is package data: an installed gateway serves the same bytes as the checkout."""
     names = set(zipfile.ZipFile(installed.wheel).namelist())
-    files = sorted(p.name for p in (ROOT / "gateway" / "statuspage").iterdir() if p.suffix != ".py" and p.is_file())
+    files = sorted(
+        p.name for p in (ROOT / "gateway" / "admin" / "statuspage").iterdir() if p.suffix != ".py" and p.is_file()
+    )
     assert {"page.html", "page.js", "page.css", "favicon.svg"} <= set(files)
     assert [f for f in files if f"gateway/admin/statuspage/{f}" not in names] == []
     loaded = installed.run_code(
-        "from gateway import statuspage; import sys; sys.stdout.write(statuspage.response('page.html').text)"
+        "from gateway.admin import statuspage; import sys; sys.stdout.write(statuspage.response('page.html').text)"
     )
-    assert loaded == (ROOT / "gateway" / "statuspage" / "page.html").read_text()
+    assert loaded == (ROOT / "gateway" / "admin" / "statuspage" / "page.html").read_text()
 
 
 def test_the_redis_suite_passes_against_the_installed_wheel(installed: Installed) -> None:
