@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -111,8 +112,13 @@ async def test_prometheus_scrapes_the_documented_config(gateway_factory, upstrea
         names = {remote["job_name"], local["job_name"]}
         deadline = time.monotonic() + 45
         while True:
-            up = {r["metric"]["job"]: r["value"][1] for r in query(web, "up")}
-            counted = query(web, 'sum by (job) (gateway_requests_total{status="200"})')
+            try:
+                up = {r["metric"]["job"]: r["value"][1] for r in query(web, "up")}
+                counted = query(web, 'sum by (job) (gateway_requests_total{status="200"})')
+            except urllib.error.HTTPError as exc:  # 503 while its storage starts: not ready yet
+                if exc.code != 503:
+                    raise
+                up, counted = {}, []
             if all(up.get(job) == "1" for job in names) and {r["metric"]["job"] for r in counted} == names:
                 break
             assert time.monotonic() < deadline, (up, counted, (tmp_path / "prometheus.log").read_text()[-3000:])
