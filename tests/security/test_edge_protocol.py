@@ -20,22 +20,9 @@ import pytest
 
 from gateway import __version__
 from tests.support.config import basic_config
+from tests.support.http import exchange
 from tests.support.ports import free_port
 from tests.support.upstreams import HeadEchoUpstream
-
-
-def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
-    """Send ``data`` and read until the gateway closes the connection (or ``timeout``)."""
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(data)
-        out = b""
-        try:
-            while chunk := sock.recv(65536):
-                out += chunk
-        except (TimeoutError, ConnectionResetError):
-            pass
-    return out
 
 
 def status_of(response: bytes) -> tuple[str, int]:

@@ -9,25 +9,12 @@ cuts off and we refuse: a fragment has no place in a request (RFC 9112 §3.2).
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.http import exchange
 from tests.support.upstreams import HeadEchoUpstream
-
-
-def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(data)
-        out = b""
-        try:
-            while chunk := sock.recv(65536):
-                out += chunk
-        except (TimeoutError, ConnectionResetError):
-            pass
-    return out
 
 
 def status(response: bytes) -> int:

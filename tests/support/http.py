@@ -8,6 +8,7 @@ spreads them); with ``session=`` it reuses the caller's connections.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any, NamedTuple
 
@@ -64,3 +65,17 @@ async def get(url: str, **kwargs: Any) -> Reply:
 async def status(url: str, **kwargs: Any) -> int:
     """Only the status of ``GET url``."""
     return (await request("GET", url, **kwargs)).status
+
+
+def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send raw ``data`` to 127.0.0.1:``port`` and read until the server closes (or ``timeout``)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(data)
+        out = b""
+        try:
+            while chunk := sock.recv(65536):
+                out += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return out
