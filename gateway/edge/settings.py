@@ -73,7 +73,7 @@ def connection_budget(spec: ConfigSpec, fd_limit: int | None = None) -> Budget:
     )
     if allowed < wanted:
         message = (
-            f"worker_connections {wanted} exceed the open file limit {fd_limit}: "
+            f"worker_connections {wanted} need more descriptors than the open file limit {fd_limit} allows: "
             f"serving at most {allowed} client connections ({why})"
         )
         return Budget(allowed, True, message)

@@ -283,7 +283,10 @@ def under_attack(gw: Gateway, attacker: Attacker, label: str) -> None:
 
 def budget_line(gw: Gateway, nofile: int) -> str:
     line = next((ln for ln in gw.stderr().splitlines() if "serving at most" in ln), "")
-    assert f"worker_connections 10240 exceed the open file limit {nofile}: serving at most" in line, gw.stderr()
+    assert (
+        f"worker_connections 10240 need more descriptors than the open file limit {nofile} allows: serving at most"
+        in line
+    ), gw.stderr()
     return line
 
 

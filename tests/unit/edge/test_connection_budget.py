@@ -29,7 +29,7 @@ def test_the_open_file_limit_sets_the_budget_when_it_allows_less_than_worker_con
     assert budget.connections == (1024 - reserve) // 2 == 463
     assert budget.fd_bound
     assert budget.message.startswith(
-        "worker_connections 10240 exceed the open file limit 1024: serving at most 463 client connections"
+        "worker_connections 10240 need more descriptors than the open file limit 1024 allows: serving at most 463 client connections"
     )
     assert f"reserve {reserve}" in budget.message
     assert connection_budget(spec, 4096).connections == (4096 - reserve) // 2
