@@ -1,12 +1,14 @@
-"""Cost of one ``map`` / ``geo`` lookup, as a zone key sees it, against a key without one.
+"""Cost of one ``map`` / ``geo`` lookup, as a zone key sees it, against a key without one; and
+of a route's guard ``rules`` (nginx's ``if (...) { return ...; }``), as the request flow runs them.
 
     .venv/bin/python scripts/bench_maps.py                 # ns per key, timeit
     .venv/bin/python scripts/bench_maps.py --callgrind     # instructions per key, valgrind
 
-Each case is the key function of a zone of a real configuration (``load_config_text``) called
+Each key case is the key function of a zone of a real configuration (``load_config_text``) called
 on a real ``RequestContext``; the key is computed as the limits step computes it once per
 request. ``--callgrind`` runs each case under ``valgrind --tool=callgrind`` with N and 2N calls
-and prints the difference divided by N (what one call costs, without start-up).
+and prints the difference divided by N (what one call costs, without start-up). Each guard
+case is ``first_answer`` over a route's compiled rules for a request that passes them all.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from multidict import CIMultiDict
 
 from gateway.http.context import RequestContext
 from gateway.http.realip import parse_addr
+from gateway.http.rules import first_answer
 from gateway.plan import load_config_text
 
 HEAD = "listen: 127.0.0.1:8080\nadmin: {listen: 'off'}\nupstreams: {app: {servers: [127.0.0.1:9000]}}\n"
@@ -62,6 +65,35 @@ CASES: dict[str, tuple[str, dict[str, str], str]] = {  # name: (key, headers, me
         "GET",
     ),
 }
+GUARDS: dict[str, list[str]] = {  # name: the route's rules; the request (GET /index.html) passes them
+    "guard, 1 rule: $request_method !~ ^(GET|HEAD|POST)$": ["$request_method !~ ^(GET|HEAD|POST)$"],
+    "guard, 1 rule: $request_method = OPTIONS": ["$request_method = OPTIONS"],
+    "guards, 3 rules: method, /.git, scanner user agents": [
+        "$request_method !~ ^(GET|HEAD|POST)$",
+        '$request_uri ~ "/\\.git"',
+        '$http_user_agent ~* "(sqlmap|nikto|masscan)"',
+    ],
+}
+
+
+def request_context(headers: dict[str, str], method: str, path: str = "/") -> RequestContext:
+    request = make_mocked_request(method, path, headers=CIMultiDict(headers))
+    peer = parse_addr("192.0.2.1")
+    assert peer is not None
+    return RequestContext(request, 0.0, peer, "http", 80)
+
+
+def guard_call(case: str) -> Callable[[], object]:
+    rules = "".join(f"      - {{if: '{condition}', return: 403}}\n" for condition in GUARDS[case])
+    text = HEAD + f"routes:\n  - location: /\n    upstream: app\n    rules:\n{rules}"
+    plan = load_config_text(text, "bench.yaml").routes[0].rules
+    ctx = request_context({"User-Agent": "Mozilla/5.0 Firefox/120.0"}, "GET", "/index.html")
+    assert first_answer(plan, ctx) is None
+    return lambda: first_answer(plan, ctx)
+
+
+def call_of(case: str) -> Callable[[], object]:
+    return guard_call(case) if case in GUARDS else key_call(case)
 
 
 def key_call(case: str) -> Callable[[], bytes]:
@@ -70,14 +102,11 @@ def key_call(case: str) -> Callable[[], bytes]:
     text = HEAD + VARIABLES % big + f"zones:\n  z: {{type: req, key: '{key}', rate: 1r/s}}\n"
     text += "routes:\n  - {location: /, upstream: app, limit_req: [{zone: z}]}\n"
     fn = load_config_text(text, "bench.yaml").routes[0].limit_req[0].key
-    request = make_mocked_request(method, "/", headers=CIMultiDict(headers))
-    peer = parse_addr("192.0.2.1")
-    assert peer is not None
-    ctx = RequestContext(request, 0.0, peer, "http", 80)
+    ctx = request_context(headers, method)
     return lambda: fn(ctx)
 
 
-def per_call_ns(fn: Callable[[], bytes], number: int = 200_000) -> float:
+def per_call_ns(fn: Callable[[], object], number: int = 200_000) -> float:
     return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e9
 
 
@@ -112,13 +141,13 @@ def main() -> None:
     parser.add_argument("--run", nargs=2, metavar=("CASE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
-        call = key_call(args.run[0])
+        call = call_of(args.run[0])
         for _ in range(int(args.run[1])):
             call()
         return
     if args.callgrind and not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed")
-    names = list(CASES)
+    names = [*CASES, *GUARDS]
     chosen = [names[int(i) - 1] for i in args.cases.split(",")] if args.cases else names
     with tempfile.TemporaryDirectory() as tmp:
         for case in chosen:
@@ -127,7 +156,7 @@ def main() -> None:
                 small, large = instructions(case, n, Path(tmp)), instructions(case, 2 * n, Path(tmp))
                 print(f"{case:<52} {(large - small) / n:8.0f} instructions", flush=True)
             else:
-                print(f"{case:<52} {per_call_ns(key_call(case)):8.0f} ns", flush=True)
+                print(f"{case:<52} {per_call_ns(call_of(case)):8.0f} ns", flush=True)
 
 
 if __name__ == "__main__":
