@@ -19,14 +19,16 @@ What the library (v0.03, ``lib/resty/redis/ratelimit.lua``) does, in words:
   in a reply into an integer by truncation (a C cast), so the node receives ``trunc(excess)``;
 * ``incoming`` returns ``delay = excess / rate_m`` in seconds (the truncated integer divided by
   the integer ``rate_m = floor(N*1000/scale)``, in double precision); the caller passes it to
-  ``ngx.sleep``, which waits ``(ngx_int_t) (seconds * 1000)`` ms: truncated again.
+  ``ngx.sleep``, which waits ``(ngx_int_t) (seconds * 1000)`` ms: truncated again (the README's
+  ``if delay >= 0.001`` only skips sleeps that truncate to 0 ms anyway).
 
 So a node waits ``trunc(trunc(excess) / rate_m * 1000)`` ms, in double arithmetic. That is not
 always ``trunc(excess) * 1000 // rate_m``: at 3r/m (rate_m 50) an excess of 201 gives
 201 / 50 = 4.0199999999999996 s, 4019 ms where the exact quotient is 4020. nginx's integer
 rule (``nginx_req.delay_of``) stays the embedded store's.
 
-Pure functions, no I/O: used to check the Lua script (tests/test_lua_scripts.py).
+Pure functions, no I/O: used to check the Lua scripts (tests/redis/test_lua_scripts.py,
+tests/redis/test_resty_delay.py) and the interop grid with an OpenResty node.
 """
 
 from __future__ import annotations
