@@ -10,7 +10,25 @@ with OpenResty nodes sharing the same keys:
   for a minute starts again from 0 even at slow rates like 1r/m;
 * a ban (``duration`` s) is part of the state: ``[excess, now, 1]`` until it expires.
 
-Pure functions, no I/O: used to check the Lua script (tests/test_lua_scripts.py).
+The delay (``delay_ms``) is the one a lua-resty-redis-ratelimit node waits, not nginx's.
+What the library (v0.03, ``lib/resty/redis/ratelimit.lua``) does, in words:
+
+* it stores ``excess`` in milli-requests as a float (1000 = one request waiting), never
+  truncated: cjson writes it with 14 significant digits;
+* the script replies ``{state, excess}`` with the float excess, and Redis turns a Lua number
+  in a reply into an integer by truncation (a C cast), so the node receives ``trunc(excess)``;
+* ``incoming`` returns ``delay = excess / rate_m`` in seconds (the truncated integer divided by
+  the integer ``rate_m = floor(N*1000/scale)``, in double precision); the caller passes it to
+  ``ngx.sleep``, which waits ``(ngx_int_t) (seconds * 1000)`` ms: truncated again (the README's
+  ``if delay >= 0.001`` only skips sleeps that truncate to 0 ms anyway).
+
+So a node waits ``trunc(trunc(excess) / rate_m * 1000)`` ms, in double arithmetic. That is not
+always ``trunc(excess) * 1000 // rate_m``: at 3r/m (rate_m 50) an excess of 201 gives
+201 / 50 = 4.0199999999999996 s, 4019 ms where the exact quotient is 4020. nginx's integer
+rule (``nginx_req.delay_of``) stays the embedded store's.
+
+Pure functions, no I/O: used to check the Lua scripts (tests/redis/test_lua_scripts.py,
+tests/redis/test_resty_delay.py) and the interop grid with an OpenResty node.
 """
 
 from __future__ import annotations
@@ -53,3 +71,16 @@ def step(
 def reply_integer(value: float) -> int:
     """Redis converts a Lua number in a reply to an integer by truncation."""
     return int(value)
+
+
+def delay_ms(excess: int, rate_m: int, delay_m: int = 0) -> int:
+    """The ms a lua-resty-redis-ratelimit node waits for a request the script accepted with the
+    reply ``excess`` (already truncated by Redis), as request.lua computes it.
+
+    ``delay_m`` is the gateway's ``delay=`` threshold (not in the library; 0 by default, so the
+    result is the library's): the excess above it is divided the same way. In double arithmetic,
+    as in Lua: ``trunc((excess - delay_m) / rate_m * 1000)``.
+    """
+    if excess <= delay_m:
+        return 0
+    return int(float(excess - delay_m) / float(rate_m) * 1000.0)

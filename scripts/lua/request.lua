@@ -240,12 +240,16 @@ local function request(KEYS, k0, now, member, cost_text, plan)
   local req_ok = rc == 1 and ((count_fail == 0 and algo_fail == 0) or dry)
   local delay_ms, delay_index = 0, 0
   if req_ok then
-    -- nginx starts from the last zone's delay; an earlier zone wins only with a longer one
+    -- nginx starts from the last zone's delay; an earlier zone wins only with a longer one.
+    -- A zone's delay is what a lua-resty-redis-ratelimit node waits from the same state: its
+    -- reply's excess truncated to an integer (as Redis does), divided by rate_m into seconds,
+    -- and ngx.sleep truncates seconds * 1000 to whole ms (gateway/limits/resty_req.delay_ms).
     for i = n_req, 1, -1 do
       req_put(KEYS[k0 + i], excesses[i], now, 0, 60)
       local d = 0
-      if excesses[i] > delays[i] then
-        d = math.floor((excesses[i] - delays[i]) * 1000 / rates[i])
+      local whole = math.floor(excesses[i])
+      if whole > delays[i] then
+        d = math.floor((whole - delays[i]) / rates[i] * 1000)
       end
       if delay_index == 0 or d > delay_ms then
         delay_ms, delay_index = d, i

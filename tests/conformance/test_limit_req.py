@@ -99,8 +99,9 @@ async def test_v4_dry_run_accounts_but_never_refuses(store, clock):
     )
     assert (await s.hit("/delay", 0)).req == "PASSED"
     delayed = await s.hit("/delay", 1)
-    # nginx truncates the 1 ms leak at 1r/m to 0; lua-resty leaks 0.016 m-req (excess 999.984)
-    expected_delay = 62500 if store.engine == "nginx" else 62499
+    # nginx truncates the 1 ms leak at 1r/m to 0: 1000 * 1000 // 16. lua-resty leaks 0.016 m-req
+    # (excess 999.984), Redis replies 999 and the library waits 999 / 16 s = 62437 ms
+    expected_delay = 62500 if store.engine == "nginx" else 62437
     assert (delayed.req, delayed.delay_ms) == ("DELAYED_DRY_RUN", expected_delay)
     assert (await s.hit("/reject", 2)).req == "REJECTED_DRY_RUN"
     final = await s.hit("/reject/off", 3)

@@ -6,6 +6,10 @@ gateway shares the same Redis keys. After every request the stored ``[excess, la
 forbidden]`` is read back and compared with the library's float formula
 (shared/reference/limit-semantics.md §5.2) applied to the previous stored state, whichever
 side wrote it.
+
+The delay grid (``test_delays_agree_to_the_millisecond``) drives the shared state by timestamps
+on both sides: the gateway's Redis store runs in this process on a fake clock, the node takes
+the same ``now`` as an argument, and both start each request from the same stored value.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import re
 import time
 import uuid
@@ -20,6 +25,10 @@ from collections.abc import Callable
 
 import pytest
 
+from gateway.config.store import RedisSpec
+from gateway.limits import resty_req
+from gateway.store.redis import RedisStore
+from tests.support.conformance import T0, FakeClock, Scenario, config
 from tests.support.gateway import Gateway
 from tests.support.openresty import ZONES, Hit, Monitor, OpenResty, epoch_ms, http_get, script_path
 from tests.support.redis_procs import RedisServer
@@ -474,3 +483,104 @@ def test_openresty_recovers_from_noscript(
     assert client[at + 1][:2] == [b"EVALSHA", file_sha.encode()], client
     assert client[at + 1][6] == again.now.encode()
     gw.check_log()
+
+
+GRID_RATES = ["1r/s", "2r/s", "3r/s", "7r/s", "10r/s", "1000r/s", "1r/m", "3r/m", "7r/m", "30r/m", "100r/m"]
+GRID_BURSTS = [1, 3, 10]
+GRID_REQUESTS = 24  # per rate and burst, after the opening three
+
+
+def _rounding_case(rate_m: int, burst_m: int) -> int | None:
+    """A gap after two requests at t=0 (stored excess 1000) that leaves an excess whose library
+    delay, in double arithmetic, falls 1 ms short of the exact quotient (3r/m: 1606 / 50 s is
+    32119.999... ms), if this rate and burst have one; None otherwise."""
+    second = resty_req.State(1000.0, 0.0)
+    for whole in range(min(burst_m, 1999), 0, -1):
+        if resty_req.delay_ms(whole, rate_m) == whole * 1000 // rate_m:
+            continue
+        dt = (1999 - whole) * 1000 // rate_m + 1  # the first ms at which 2000 - leak drops below whole + 1
+        code, excess, _, _ = resty_req.step(second, rate_m, burst_m, dt, 0)
+        if code == resty_req.OK and resty_req.reply_integer(excess) == whole:
+            return dt
+    return None
+
+
+def _timings(rate_m: int, burst_m: int, rng: random.Random) -> list[int]:
+    """Request times (ms from the fake clock's start): same-ms pairs, gaps shorter and longer
+    than one emission interval, long idles, and the rate's rounding case when it has one."""
+    period = max(1, 1_000_000 // rate_m)
+    times = [0, 0]
+    tricky = _rounding_case(rate_m, burst_m)
+    times.append(tricky if tricky is not None else period // 2)
+    t = times[-1]
+    for _ in range(GRID_REQUESTS):
+        t += rng.choice([0, 1, rng.randint(1, 9), rng.randint(0, period // 3 + 1),
+                         rng.randint(0, period + 1), rng.randint(period // 2, 2 * period + 2),
+                         rng.randint(0, 12 * period)])  # fmt: skip
+        times.append(t)
+    return times
+
+
+async def test_delays_agree_to_the_millisecond(redis_session: RedisServer, openresty: OpenResty) -> None:
+    """For every rate (3r/s and 7r/m included, where the division does not come out even) and
+    burst, and request times from a fixed seed: from the same stored state and the same ``now``,
+    the gateway's Redis store and the OpenResty node decide alike, store the same value, report
+    the same integer excess, and the gateway delays exactly the ms the node sleeps."""
+    tag = uuid.uuid4().hex[:8]
+    zones = "\n".join(f"  ms{tag}_{i}: {{type: req, key: $arg_k, rate: {rate}}}" for i, rate in enumerate(GRID_RATES))
+    routes = "\n".join(
+        f"  - {{location: /ms{i}_{burst}, upstream: app, limit_req: [{{zone: ms{tag}_{i}, burst: {burst}}}]}}"
+        for i in range(len(GRID_RATES))
+        for burst in GRID_BURSTS
+    )
+    clock = FakeClock()
+    store = RedisStore(RedisSpec(url=redis_session.url, timeout_ms=2000, on_error="deny", prefix=""), clock_ms=clock)
+    await store.start()
+    seen = {"delayed": 0, "rejected": 0, "double_rounding": 0, "old_rule_differs": 0}
+    try:
+        grid = Scenario(store, clock, config(zones, routes))
+        for i, rate in enumerate(GRID_RATES):
+            for burst in GRID_BURSTS:
+                location, zone = f"/ms{i}_{burst}", f"ms{tag}_{i}"
+                lim = grid.routes[location].limit_req[0]
+                key = f"k{burst}".encode()
+                rkey = f"{zone}:".encode() + key
+                previous: tuple[float, float] | None = None  # the stored (excess, last) before a request
+                for t in _timings(lim.rate_m, lim.burst_m, random.Random(f"{rate}/{burst}")):
+                    before = redis_session.command("GET", rkey)
+                    ours = await grid.hit(location, t, key)
+                    after_ours = redis_session.command("GET", rkey)
+                    # the node starts from the same stored value, at the same now
+                    if before is None:
+                        redis_session.command("DEL", rkey)
+                    else:
+                        redis_session.command("SET", rkey, before)
+                    theirs = openresty.limit(zone, rate, burst, key=key.decode(), now=T0 + t)
+                    after_theirs = redis_session.command("GET", rkey)
+                    what = f"{rate} burst {burst} t={t}: stored {before!r}; gateway {ours.req} " + (
+                        f"excess {ours.excess} delay {ours.delay_ms}; node {theirs.status} {theirs.headers}"
+                    )
+                    assert int(theirs.headers["x-rate"]) == lim.rate_m, what
+                    assert after_theirs == after_ours, what
+                    assert theirs.excess == ours.excess, what
+                    if ours.req in ("PASSED", "DELAYED"):
+                        assert (theirs.status, theirs.state) == (200, 1), what
+                        assert theirs.sleep_ms == ours.delay_ms, what
+                        assert (ours.req == "DELAYED") == (ours.delay_ms > 0), what
+                        exact = ours.excess * 1000 // lim.rate_m
+                        seen["delayed"] += ours.delay_ms > 0
+                        seen["double_rounding"] += ours.delay_ms != exact
+                        if previous is not None:
+                            stored = max(0.0, previous[0] - lim.rate_m * abs(T0 + t - previous[1]) / 1000 + 1000)
+                            seen["old_rule_differs"] += ours.delay_ms != math.floor(stored * 1000 / lim.rate_m)
+                        excess, last, _ = parse_state(after_ours or "")
+                        previous = (excess, last)
+                    else:
+                        assert ours.req == "REJECTED" and (theirs.status, theirs.state) == (503, 2), what
+                        seen["rejected"] += 1
+                    # the state both wrote is kept; it expires 60 s of real time after the last write
+                redis_session.command("DEL", rkey)
+    finally:
+        await store.close()
+    # the grid reaches what matters: delays, rejections, and both ways the old rule was wrong
+    assert all(n > 0 for n in seen.values()), seen

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.redis  # Redis processes of its own (slow: from tests/c
 SUITE = [
     "tests/redis/test_redis_store.py",
     "tests/redis/test_lua_scripts.py",
+    "tests/redis/test_resty_delay.py",
     "tests/redis/test_redis_batching.py",
     "tests/redis/test_cluster.py::test_three_nodes_admit_what_one_node_admits",
     "tests/redis/test_cluster.py::test_a_manual_ban_reaches_every_node_within_a_second",

@@ -10,15 +10,20 @@ shared/reference/limit-semantics.md §5), written here from that description:
   ``EVALSHA <sha> 1 <zone>:<key> <rate_m> <burst_m> <now> <duration>``;
 * on any EVALSHA error the cached sha is forgotten and the call fails (no retry in the same
   call): the next call loads the script again;
-* the connection goes back to the keepalive pool (10 s, 100) after every call.
+* the connection goes back to the keepalive pool (10 s, 100) after every call;
+* an accepted request's delay is the library's ``excess / rate_m`` seconds (the reply's excess,
+  an integer: Redis truncates a Lua number in a reply), and the wait is what ``ngx.sleep`` makes
+  of it after the README's ``if delay >= 0.001``: ``(ngx_int_t) (seconds * 1000)`` ms.
 
 Redis is spoken to through a tiny RESP client on ``ngx.socket.tcp`` (no lua-resty-redis).
 
-``GET /limit?zone=Z&rate=2r/s&burst=2&duration=0[&key=K]`` runs the limiter on key K
+``GET /limit?zone=Z&rate=2r/s&burst=2&duration=0[&key=K][&now=MS]`` runs the limiter on key K
 (default ``$binary_remote_addr``) and answers 200 (state 1), 503 (state 2 or 3) or 500 (error),
 with headers ``X-State``, ``X-Excess`` (the script's reply), ``X-Now`` (the ``now`` string sent),
-``X-Sha`` (the cached sha after the call), ``X-Loads`` (SCRIPT LOADs done by this worker) and
-``X-Err``.
+``X-Sha`` (the cached sha after the call), ``X-Loads`` (SCRIPT LOADs done by this worker),
+``X-Rate`` (rate_m), ``X-Delay`` (the delay in seconds, ``%.17g``), ``X-Sleep-Ms`` (the ms
+``ngx.sleep`` waits for it) and ``X-Err``. ``now`` replaces the node's clock (``ngx.now() * 1000``)
+for that call: tests drive the shared state by timestamps.
 """
 
 from __future__ import annotations
@@ -235,7 +240,7 @@ http {
         end
 
         -- state (1 OK, 2 BUSY, 3 FORBIDDEN), excess, now; or nil, err, now
-        function M.incoming(lim, key)
+        function M.incoming(lim, key, clock_ms)
             local sock = ngx.socket.tcp()
             sock:settimeout(1000)
             local ok, err = sock:connect(REDIS_HOST, REDIS_PORT)
@@ -255,7 +260,7 @@ http {
                 cached_sha = sha
                 loads = loads + 1
             end
-            local now = ngx.now() * 1000
+            local now = clock_ms or ngx.now() * 1000
             local res, cerr, is_reply = call(sock, {
                 "EVALSHA", cached_sha, 1, lim.zone .. ":" .. key,
                 lim.rate_m, lim.burst_m, now, lim.duration,
@@ -293,8 +298,9 @@ http {
                 local lim = limiter.new(args.zone, args.rate or "2r/s",
                                         tonumber(args.burst or "2"), tonumber(args.duration or "0"))
                 local key = args.key or ngx.var.binary_remote_addr
-                local state, excess, now = limiter.incoming(lim, key)
+                local state, excess, now = limiter.incoming(lim, key, tonumber(args.now or ""))
                 ngx.header["X-Now"] = now and tostring(now) or ""
+                ngx.header["X-Rate"] = tostring(lim.rate_m)
                 ngx.header["X-Sha"] = limiter.sha() or ""
                 ngx.header["X-Loads"] = tostring(limiter.loads())
                 if not state then
@@ -305,6 +311,18 @@ http {
                 end
                 ngx.header["X-State"] = tostring(state)
                 ngx.header["X-Excess"] = tostring(excess)
+                if state == 1 then
+                    -- the library's incoming(): delay = excess / rate (seconds)
+                    local delay = excess / lim.rate_m
+                    ngx.header["X-Delay"] = string.format("%.17g", delay)
+                    -- its README: if delay >= 0.001 then ngx.sleep(delay) end; ngx.sleep waits
+                    -- (ngx_int_t) (delay * 1000) ms, a truncation
+                    local sleep_ms = 0
+                    if delay >= 0.001 then
+                        sleep_ms = math.floor(delay * 1000)
+                    end
+                    ngx.header["X-Sleep-Ms"] = string.format("%d", sleep_ms)
+                end
                 ngx.status = state == 1 and 200 or 503
                 ngx.say(state == 1 and "ok" or "rejected")
             }
@@ -332,6 +350,12 @@ class Hit:
     @property
     def excess(self) -> int | None:
         value = self.headers.get("x-excess")
+        return int(value) if value else None
+
+    @property
+    def sleep_ms(self) -> int | None:
+        """The ms the node waits before serving an accepted request (None: not accepted)."""
+        value = self.headers.get("x-sleep-ms")
         return int(value) if value else None
 
     @property
@@ -373,10 +397,20 @@ class OpenResty(NginxProcess):
             text = text.replace(f"@@{name}@@", value)
         super().__init__(binary, workdir, text, port)
 
-    def limit(self, zone: str, rate: str = "2r/s", burst: float = 2, duration: int = 0, key: str | None = None) -> Hit:
+    def limit(
+        self,
+        zone: str,
+        rate: str = "2r/s",
+        burst: float = 2,
+        duration: int = 0,
+        key: str | None = None,
+        now: int | None = None,
+    ) -> Hit:
         query: dict[str, str] = {"zone": zone, "rate": rate, "burst": str(burst), "duration": str(duration)}
         if key is not None:
             query["key"] = key
+        if now is not None:
+            query["now"] = str(now)
         return http_get(self.port, "/limit?" + urlencode(query))
 
 
