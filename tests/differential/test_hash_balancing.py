@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway.proxy.hashing import ConsistentRing, hash_pick, ip_hash_pick
-from tests.support.nginx import NginxProcess, find_nginx
+from tests.support.nginx import NginxProcess, find_nginx, single_worker_conf
 from tests.support.ports import free_port
 
 NGINX = find_nginx()
@@ -44,23 +44,12 @@ def servers(setup: Setup, *, down: bool) -> str:
 
 
 def nginx_conf(setup: Setup) -> str:
-    d = setup.workdir
     backends = "\n".join(
         f"    server {{ listen 127.0.0.1:{port}; return 200 s{i}; }}" for i, port in enumerate(setup.backends)
     )
-    return f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 1024; }}
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    access_log off;
+    return single_worker_conf(
+        setup.workdir,
+        f"""    access_log off;
 {backends}
     server {{ listen unix:{setup.sock}; return 200 s4; }}
     upstream by_hash {{
@@ -77,9 +66,8 @@ http {{
     }}
     server {{ listen 127.0.0.1:{setup.fronts["hash"]}; location / {{ proxy_pass http://by_hash; }} }}
     server {{ listen 127.0.0.1:{setup.fronts["chash"]}; location / {{ proxy_pass http://by_chash; }} }}
-    server {{ listen 127.0.0.1:{setup.fronts["ip_hash"]}; location / {{ proxy_pass http://by_ip; }} }}
-}}
-"""
+    server {{ listen 127.0.0.1:{setup.fronts["ip_hash"]}; location / {{ proxy_pass http://by_ip; }} }}""",
+    )
 
 
 @pytest.fixture(scope="module")
