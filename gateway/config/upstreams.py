@@ -162,7 +162,7 @@ def _servers(r: Reader, value: Any, path: KeyPath) -> tuple[ServerSpec, ...]:
     items = r.sequence(value, path)
     if isinstance(value, list) and not items:
         r.error(path, "an upstream needs at least one server")
-    parse_address = _server_address
+    parse_address = server_address
     out: list[ServerSpec] = []
     for i, item in enumerate(items):
         spath = path + (i,)
@@ -215,7 +215,7 @@ def unix_path(value: str) -> str:
 _host_port_80 = host_port(default_port=80)
 
 
-def _server_address(value: Any) -> tuple[str, int, str | None]:
+def server_address(value: Any) -> tuple[str, int, str | None]:
     """``host:port`` (port 80 by default) or ``unix:/path``: ``(host, port, path)``."""
     if isinstance(value, str) and value.strip()[:5].lower() == "unix:":
         return "", 0, unix_path(value.strip())

@@ -94,3 +94,12 @@ def test_a_missing_socket_is_a_502_and_the_next_server_answers(
         assert json.loads(resp.read())["server"] == "s0"
     assert gw.access_lines()[-1] == f"ua={missing}, {sockets[0].address} us=502, 200"
     assert re.search(r"connect\(\) failed \(2: No such file or directory\) while talking to upstream", gw.stderr())
+
+
+def test_the_upstream_option_takes_a_unix_socket(gateway_factory, sockets: list[Upstream]) -> None:
+    gw = gateway_factory(
+        config(f"127.0.0.1:{free_port()}", admin="{listen: off}"),
+        extra_args=("--upstream", f"app={sockets[1].address}"),
+    )
+    with urllib.request.urlopen(f"{gw.url}/echo", timeout=5) as resp:
+        assert json.loads(resp.read())["server"] == "s1"
