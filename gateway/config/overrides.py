@@ -9,14 +9,14 @@ from types import MappingProxyType
 from gateway.config.reader import host_port
 from gateway.config.schema import ConfigSpec
 from gateway.config.servers import ListenSpec
-from gateway.config.upstreams import ServerSpec, UpstreamSpec
+from gateway.config.upstreams import ServerSpec, UpstreamSpec, server_address
 from gateway.errors import ConfigError, ConfigErrors
 
 
 @dataclass(frozen=True, slots=True)
 class Overrides:
     listen: tuple[ListenSpec, ...] = ()
-    upstreams: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    upstreams: tuple[tuple[str, tuple[tuple[str, int, str | None], ...]], ...] = ()  # (host, port, unix path)
     workers: int | None = None
 
     @staticmethod
@@ -42,7 +42,7 @@ class Overrides:
             addrs = []
             for server in servers.split(","):
                 try:
-                    addrs.append(host_port(default_port=80)(server.strip()))
+                    addrs.append(server_address(server.strip()))
                 except ValueError as exc:
                     errors.append(ConfigError(str(exc), file="--upstream"))
             parsed_up.append((name, tuple(addrs)))
@@ -68,7 +68,7 @@ class Overrides:
         if self.upstreams:
             upstreams = dict(spec.upstreams)
             for name, addrs in self.upstreams:
-                servers = tuple(ServerSpec(host=h, port=p) for h, p in addrs)
+                servers = tuple(ServerSpec(host=h, port=p, path=path) for h, p, path in addrs)
                 current = upstreams.get(name)
                 upstreams[name] = (
                     dataclasses.replace(current, servers=servers)

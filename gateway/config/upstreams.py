@@ -18,6 +18,9 @@ from gateway.http.keys import KeyTemplate, parse_key
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerSpec:
+    """One server of an upstream: ``host:port``, or a Unix-domain socket (``unix:/path``: ``path``
+    set, ``host`` empty and ``port`` 0)."""
+
     host: str
     port: int
     weight: int = 1
@@ -25,18 +28,22 @@ class ServerSpec:
     fail_timeout_ms: int = 10_000
     backup: bool = False
     down: bool = False
+    path: str | None = None  # a Unix-domain socket's path
 
     @property
     def address(self) -> str:
+        """As nginx writes it in ``$upstream_addr``: ``host:port``, ``[v6]:port`` or ``unix:/path``."""
+        if self.path is not None:
+            return f"unix:{self.path}"
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)
 class BalanceSpec:
-    """How an upstream picks its server: nginx's default weighted round-robin, ``ip_hash``, or
-    ``hash KEY [consistent]`` (``balance:`` in the upstream, nginx's spelling)."""
+    """How an upstream picks its server: nginx's default weighted round-robin, ``least_conn``,
+    ``ip_hash``, or ``hash KEY [consistent]`` (``balance:`` in the upstream, nginx's spelling)."""
 
-    method: str = "round_robin"  # "round_robin", "ip_hash" or "hash"
+    method: str = "round_robin"  # "round_robin", "least_conn", "ip_hash" or "hash"
     key: KeyTemplate | None = None  # hash: the key
     consistent: bool = False  # hash: the ketama ring
 
@@ -47,13 +54,13 @@ class BalanceSpec:
 
 
 def parse_balance(value: Any) -> BalanceSpec:
-    """``round_robin``, ``ip_hash``, ``hash $key`` or ``hash $key consistent``."""
+    """``round_robin``, ``least_conn``, ``ip_hash``, ``hash $key`` or ``hash $key consistent``."""
     words = as_str(value).split()
-    if words in (["round_robin"], ["ip_hash"]):
+    if words in (["round_robin"], ["least_conn"], ["ip_hash"]):
         return BalanceSpec(words[0])
     if len(words) in (2, 3) and words[0] == "hash" and (len(words) == 2 or words[2] == "consistent"):
         return BalanceSpec("hash", parse_key(words[1]), len(words) == 3)
-    raise ValueError(f"expected round_robin, ip_hash or 'hash $key [consistent]', got {value!r}")
+    raise ValueError(f"expected round_robin, least_conn, ip_hash or 'hash $key [consistent]', got {value!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,7 +127,7 @@ def parse_upstreams(r: Reader, value: Any, path: KeyPath) -> dict[str, UpstreamS
             host=r.field(data, "host", upath, as_str, None),
             balance=r.field(data, "balance", upath, parse_balance, BalanceSpec()) or BalanceSpec(),
         )
-        if out[name].balance.method != "round_robin" and any(s.backup for s in servers):
+        if out[name].balance.method in ("ip_hash", "hash") and any(s.backup for s in servers):
             r.error(upath + ("balance",), f"balance: {out[name].balance} does not support backup servers (as nginx)")
         if servers and all(s.backup or s.down for s in servers):
             r.error(upath + ("servers",), "no usable server: every server is marked backup or down")
@@ -155,7 +162,7 @@ def _servers(r: Reader, value: Any, path: KeyPath) -> tuple[ServerSpec, ...]:
     items = r.sequence(value, path)
     if isinstance(value, list) and not items:
         r.error(path, "an upstream needs at least one server")
-    parse_address = host_port(default_port=80)
+    parse_address = server_address
     out: list[ServerSpec] = []
     for i, item in enumerate(items):
         spath = path + (i,)
@@ -169,6 +176,7 @@ def _servers(r: Reader, value: Any, path: KeyPath) -> tuple[ServerSpec, ...]:
             server = ServerSpec(
                 host=addr[0],
                 port=addr[1],
+                path=addr[2],
                 weight=r.field(data, "weight", spath, int_in(1, 1000, "weight"), 1) or 1,
                 max_fails=r.field(data, "max_fails", spath, int_in(0, 1000, "max_fails"), 1) or 0,
                 fail_timeout_ms=r.field(data, "fail_timeout", spath, duration_ms, 10_000) or 0,
@@ -177,12 +185,39 @@ def _servers(r: Reader, value: Any, path: KeyPath) -> tuple[ServerSpec, ...]:
             )
         else:
             try:
-                host, port = parse_address(item)
+                host, port, sock = parse_address(item)
             except ValueError as exc:
                 r.error(spath, str(exc))
                 continue
-            server = ServerSpec(host=host, port=port)
-        if any(s.host == server.host and s.port == server.port for s in out):
+            server = ServerSpec(host=host, port=port, path=sock)
+        if any(s.address == server.address for s in out):
             r.error(spath, f"duplicate server {server.address}")
         out.append(server)
     return tuple(out)
+
+
+MAX_UNIX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
+
+
+def unix_path(value: str) -> str:
+    """The path of ``unix:/path`` (nginx's spelling of a Unix-domain socket server)."""
+    path = value[5:]
+    raw = path.encode("utf-8", "surrogateescape")
+    if not path:
+        raise ValueError(f"no path in the unix domain socket {value!r}")
+    if "\0" in path:
+        raise ValueError(f"a NUL byte in the unix domain socket {value!r}")
+    if len(raw) > MAX_UNIX_PATH:
+        raise ValueError(f"too long path in the unix domain socket {value!r} (at most {MAX_UNIX_PATH} bytes)")
+    return path
+
+
+_host_port_80 = host_port(default_port=80)
+
+
+def server_address(value: Any) -> tuple[str, int, str | None]:
+    """``host:port`` (port 80 by default) or ``unix:/path``: ``(host, port, path)``."""
+    if isinstance(value, str) and value.strip()[:5].lower() == "unix:":
+        return "", 0, unix_path(value.strip())
+    host, port = _host_port_80(value)
+    return host, port, None

@@ -42,6 +42,10 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         (),
     ),
     "gateway_upstream_server_up": ("Passive health: 0 while max_fails took the server out", ("upstream", "server")),
+    "gateway_upstream_server_connections": (
+        "Requests (and WebSocket tunnels) holding the server now: what least_conn compares, per worker",
+        ("upstream", "server"),
+    ),
     "python_gc_collections_total": ("Runs of Python's cyclic garbage collector, by generation", ("generation",)),
     "python_gc_objects_collected_total": ("Objects the cyclic collector freed, by generation", ("generation",)),
     "python_gc_objects_uncollectable_total": ("Objects the cyclic collector found but could not free", ("generation",)),

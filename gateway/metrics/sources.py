@@ -50,6 +50,11 @@ def register_gauges(
                 )
                 yield (name, peer.address, 0 if out else 1)
 
+    def server_conns() -> Iterator[Sequence[Any]]:
+        for name, pool in upstreams.pools.items():
+            for peer in pool.balancer.peers:
+                yield (name, peer.address, peer.conns)
+
     def gc_field(field: str) -> Callable[[], Iterator[Sequence[Any]]]:
         return lambda: ((str(generation), counts[field]) for generation, counts in enumerate(gc.get_stats()))
 
@@ -58,6 +63,7 @@ def register_gauges(
     stats.gauge("gateway_bans_active", lambda: [(len(banlist),)])
     stats.gauge("gateway_redis_circuit_open", circuit)
     stats.gauge("gateway_upstream_server_up", servers_up)
+    stats.gauge("gateway_upstream_server_connections", server_conns)
     # the names and meaning of prometheus_client's own GC collector (summed over workers)
     stats.gauge("python_gc_collections_total", gc_field("collections"))
     stats.gauge("python_gc_objects_collected_total", gc_field("collected"))

@@ -46,6 +46,7 @@ GAUGE_MERGE: dict[str, Callable[[Iterable[float]], float]] = {
     "gateway_bans_active": max,  # every worker holds the whole ban list
     "gateway_redis_circuit_open": max,  # 1 when any worker's circuit is open
     "gateway_upstream_server_up": min,  # 0 when any worker has taken the server out
+    "gateway_upstream_server_connections": sum,  # requests of every worker holding the server
 }
 
 # outcome of gateway_limit_decisions_total: its index in a zone's slots

@@ -1,7 +1,11 @@
 """``upstream`` blocks and ``proxy_pass``: the ``upstreams:`` and each route's ``upstream`` and ``uri``.
 
 A ``proxy_pass`` to a host that no ``upstream`` block names makes an upstream of its own
-(``host_port``). The ``proxy_*_timeout`` and ``proxy_next_upstream_tries`` of the routes
+(``host_port``); ``proxy_pass http://unix:/path:/uri`` one whose server is that socket
+(``unix__path``), as nginx's implicit upstream. Servers may be ``unix:/path`` sockets, and
+``least_conn``, ``ip_hash`` and ``hash`` are translated as ``balance:``. A ``proxy_pass`` to an
+upstream block that was not translated is skipped: no upstream is ever invented for it.
+The ``proxy_*_timeout`` and ``proxy_next_upstream_tries`` of the routes
 that use an upstream become that upstream's settings (the gateway sets them per upstream).
 """
 
@@ -11,7 +15,7 @@ import re
 from typing import Any
 
 from gateway.config.reader import host_port
-from gateway.config.upstreams import parse_balance
+from gateway.config.upstreams import parse_balance, unix_path
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Doc, Result, Route
 from gateway.nginxconf.scope import Scope
@@ -21,7 +25,10 @@ from gateway.nginxconf.values import UPSTREAM_TIMEOUTS, duration_ok, unsupported
 def address_problem(address: str) -> str:
     """Why the gateway would refuse ``address`` as an upstream server ("" if it would not)."""
     try:
-        host_port(default_port=80)(address)
+        if address[:5].lower() == "unix:":
+            unix_path(address)
+        else:
+            host_port(default_port=80)(address)
     except ValueError as exc:
         return str(exc)
     return ""
@@ -49,12 +56,12 @@ class Upstreams:
                 body["keepalive"] = int(x.args[0])
             elif x.name == "keepalive_timeout" and len(x.args) == 1 and duration_ok(x.args[0]):
                 body["keepalive_timeout"] = x.args[0]
-            elif x.name in ("ip_hash", "hash") and _balance_ok(x):
+            elif x.name in ("least_conn", "ip_hash", "hash") and _balance_ok(x):
                 body["balance"] = " ".join([x.name, *x.args])
             else:
                 self.result.skip(
                     x,
-                    "upstream: the gateway balances by round-robin, ip_hash or hash $key [consistent] only"
+                    "upstream: the gateway balances by round-robin, least_conn, ip_hash or hash $key [consistent] only"
                     if not x.args or x.name in ("least_conn", "ip_hash", "hash", "random")
                     else unsupported(x),
                 )
@@ -72,10 +79,8 @@ class Upstreams:
 
     def _server(self, d: Directive) -> Any:
         address = d.args[0]
-        if address.startswith("unix:"):
-            self.result.skip(d, "unix: sockets are not supported as upstream servers")
-            return None
-        full = address if re.search(r":\d+$", address) else f"{address}:80"
+        unix = address[:5].lower() == "unix:"
+        full = address if unix or re.search(r":\d+$", address) else f"{address}:80"
         problem = address_problem(full)
         if problem:
             self.result.skip(d, f"server {address}: {problem}")
@@ -96,9 +101,8 @@ class Upstreams:
 
     def proxy_pass(self, d: Directive, route: Route, regex: bool) -> str | None:
         """Sets the route's upstream; returns the URI part (``uri``), if any."""
-        if len(d.args) == 1 and re.match(r"https?://unix:", d.args[0]):
-            self.result.skip(d, "proxy_pass to a unix: socket: the gateway proxies to TCP addresses only")
-            return None
+        if len(d.args) == 1 and re.match(r"(?i)https?://unix:", d.args[0]) and "$" not in d.args[0]:
+            return self._proxy_pass_unix(d, route, regex)
         match = re.fullmatch(r"(https?)://([^/]+)(/.*)?", d.args[0]) if len(d.args) == 1 else None
         if match is None or "$" in d.args[0]:
             self.result.skip(
@@ -131,6 +135,27 @@ class Upstreams:
         route.data["upstream"] = name
         return uri
 
+    def _proxy_pass_unix(self, d: Directive, route: Route, regex: bool) -> str | None:
+        """``proxy_pass http://unix:/path[:/uri]``: nginx's implicit upstream of one socket (the
+        path ends at the first ``:``, what follows is the URI part)."""
+        scheme, _, rest = d.args[0].partition("://")
+        path, _, uri = rest[5:].partition(":")
+        address = f"unix:{path}"
+        problem = address_problem(address)
+        if problem or (uri and not uri.startswith("/")):
+            self.result.skip(d, f"proxy_pass to {address}: {problem or 'the URI part must start with /'}")
+            return None
+        if uri and regex:
+            self.result.skip(d, 'nginx: "proxy_pass" cannot have URI part in location given by regular expression')
+            return None
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", address)
+        if name not in self.upstreams:
+            self.upstreams[name] = {"servers": [address]}
+        if scheme.lower() == "https":
+            self.upstreams[name]["scheme"] = "https"
+        route.data["upstream"] = name
+        return uri or None
+
     def for_route(self, name: str, scope: Scope) -> None:
         """The timeouts and tries a route sets, as settings of the upstream it uses."""
         upstream = self.upstreams[name]
@@ -153,8 +178,8 @@ class Upstreams:
 
 
 def _balance_ok(d: Directive) -> bool:
-    """``ip_hash;``, or ``hash KEY [consistent];`` with a key the gateway can compute."""
-    if d.name == "ip_hash":
+    """``least_conn;``, ``ip_hash;``, or ``hash KEY [consistent];`` with a key the gateway can compute."""
+    if d.name in ("least_conn", "ip_hash"):
         return not d.args
     if not 1 <= len(d.args) <= 2 or (len(d.args) == 2 and d.args[1] != "consistent"):
         return False

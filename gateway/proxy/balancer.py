@@ -11,6 +11,13 @@ This follows ``ngx_http_upstream_round_robin.c``:
 * a group with a single server (and no backups) never marks it down;
 * backup servers are used only when no primary server is available.
 
+With ``balance: least_conn`` (``ngx_http_upstream_least_conn_module.c``) the live peer with the
+fewest connections relative to its weight is picked (``conns_a * weight_b < conns_b * weight_a``),
+and among equals smooth weighted round-robin decides, over those equals only. ``conns`` counts a
+peer's requests from its pick until the caller lets go (``nextupstream.NextUpstream``); every
+balancing method keeps it, as nginx does, but only ``least_conn`` reads it. It is per worker
+process, as in nginx without a shared ``zone``.
+
 With ``balance: ip_hash`` or ``hash $key [consistent]`` (``gateway.proxy.hashing``), the
 request's address or key chooses the server, skipping those down, failed or tried; when that
 finds none (or there is no key), round-robin decides, as in nginx.
@@ -45,6 +52,7 @@ class Peer:
     fails: int = 0
     accessed: int = 0
     checked: int = 0
+    conns: int = 0  # requests holding this peer now (least_conn's measure)
 
     @property
     def address(self) -> str:
@@ -82,6 +90,42 @@ class _Group:
             best.checked = now
         return best
 
+    def pick_least_conn(self, now: int, tried: set[int]) -> Peer | None:
+        """nginx's least_conn: the fewest ``conns`` per unit of weight; among equals, smooth
+        weighted round-robin over those equals only (nginx's second, "many" loop)."""
+        if self.single:
+            return self.pick(now, tried)
+        live = [
+            peer
+            for peer in self.peers
+            if peer.index not in tried
+            and not peer.down
+            and not (peer.max_fails and peer.fails >= peer.max_fails and now - peer.checked <= peer.fail_timeout_ms)
+        ]
+        if not live:
+            return None
+        best = live[0]
+        tied = [best]
+        for peer in live[1:]:
+            if peer.conns * best.weight < best.conns * peer.weight:
+                best = peer
+                tied = [peer]
+            elif peer.conns * best.weight == best.conns * peer.weight:
+                tied.append(peer)
+        if len(tied) > 1:
+            total = 0
+            for peer in tied:
+                peer.current_weight += peer.effective_weight
+                total += peer.effective_weight
+                if peer.effective_weight < peer.weight:
+                    peer.effective_weight += 1
+                if peer.current_weight > best.current_weight:
+                    best = peer
+            best.current_weight -= total
+        if now - best.checked > best.fail_timeout_ms:
+            best.checked = now
+        return best
+
 
 class Balancer:
     """Chooses servers of one upstream and keeps their health, per worker process."""
@@ -112,6 +156,7 @@ class Balancer:
         self.peers = tuple(peers)
         self.weights = [p.weight for p in peers]
         self.hashed: Callable[[RequestContext, Callable[[int], bool]], int | None] | None = None
+        self.least_conn = balance is not None and balance.method == "least_conn"
         if balance is not None and balance.method == "ip_hash":
             self.hashed = self._ip_hash
         elif balance is not None and balance.method == "hash" and balance.key is not None:
@@ -153,6 +198,11 @@ class Balancer:
                 if now - chosen.checked > chosen.fail_timeout_ms:
                     chosen.checked = now
                 return chosen
+        if self.least_conn:
+            peer = self.primary.pick_least_conn(now, tried)
+            if peer is None and self.backup is not None:
+                peer = self.backup.pick_least_conn(now, tried)
+            return peer
         peer = self.primary.pick(now, tried)
         if peer is None and self.backup is not None:
             peer = self.backup.pick(now, tried)

@@ -172,8 +172,11 @@ async def _forward(
 
 
 def own_host(pool: UpstreamPool, peer: Peer) -> str:
-    """A server's own ``Host``: its address, without the scheme's default port (nginx's $proxy_host)."""
+    """A server's own ``Host``: its address, without the scheme's default port (nginx's $proxy_host);
+    ``localhost`` for a ``unix:`` socket, as nginx's ``proxy_pass http://unix:/path:``."""
     spec = peer.spec
+    if spec.path is not None:
+        return "localhost"
     default = 443 if pool.spec.scheme == "https" else 80
     host = f"[{spec.host}]" if ":" in spec.host else spec.host
     return host if spec.port == default else f"{host}:{spec.port}"

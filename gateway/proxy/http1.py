@@ -25,12 +25,13 @@ import asyncio
 import collections
 import ssl
 import time
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Sequence
 from typing import Any
 
 import httptools
 
 from gateway.config.tls import MAX_PEM_BYTES
+from gateway.config.upstreams import ServerSpec
 from gateway.files import read_bounded
 from gateway.logs import error as errorlog
 from gateway.proxy.spool import ResponseSpool
@@ -487,10 +488,13 @@ def _expire(future: asyncio.Future[Any], error: Exception) -> None:
 class PeerPool:
     """Idle keep-alive connections to one upstream server."""
 
-    def __init__(self, upstream: UpstreamConnections, host: str, port: int, server_hostname: str | None) -> None:
+    def __init__(
+        self, upstream: UpstreamConnections, host: str, port: int, path: str | None, server_hostname: str | None
+    ) -> None:
         self.upstream = upstream
         self.host = host
         self.port = port
+        self.path = path  # a Unix-domain socket (host and port unused)
         self.server_hostname = server_hostname
         self.idle: collections.deque[Connection] = collections.deque()
 
@@ -510,13 +514,21 @@ class PeerPool:
             # asyncio.timeout, not wait_for: no task of its own, whose frame and the connect
             # error's traceback would hold each other (a cycle per failed connect)
             async with asyncio.timeout(connect_timeout):
-                _, conn = await loop.create_connection(
-                    lambda: Connection(self),
-                    self.host,
-                    self.port,
-                    ssl=self.upstream.ssl_context,
-                    server_hostname=self.server_hostname,
-                )
+                if self.path is None:
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(self),
+                        self.host,
+                        self.port,
+                        ssl=self.upstream.ssl_context,
+                        server_hostname=self.server_hostname,
+                    )
+                else:
+                    _, conn = await loop.create_unix_connection(
+                        lambda: Connection(self),
+                        self.path,
+                        ssl=self.upstream.ssl_context,
+                        server_hostname=self.server_hostname,
+                    )
         except TimeoutError:
             raise ConnectTimedOut("upstream timed out while connecting") from None
         except OSError as exc:
@@ -551,10 +563,12 @@ class PeerPool:
 
 
 class UpstreamConnections:
-    """The keep-alive pools of one upstream group (``keepalive`` idle connections in all)."""
+    """The keep-alive pools of one upstream group (``keepalive`` idle connections in all), one per
+    server (``peers``, in the order of ``servers``: a ``unix:`` socket path has its own pool)."""
 
     def __init__(
         self,
+        servers: Sequence[ServerSpec],
         keepalive: int,
         keepalive_timeout: float,
         scheme: str,
@@ -577,16 +591,16 @@ class UpstreamConnections:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
             self.ssl_context = context
-        self.peers: dict[tuple[str, int], PeerPool] = {}
+        self.peers = tuple(PeerPool(self, s.host, s.port, s.path, self._server_hostname(s)) for s in servers)
 
-    def peer(self, host: str, port: int) -> PeerPool:
-        pool = self.peers.get((host, port))
-        if pool is None:
-            hostname = (self.tls_server_name or host) if self.ssl_context is not None else None
-            pool = self.peers[(host, port)] = PeerPool(self, host, port, hostname)
-        return pool
+    def _server_hostname(self, server: ServerSpec) -> str | None:
+        """SNI and the name verified: ``tls_server_name``, else the server's host (``localhost``
+        for a ``unix:`` socket, nginx's ``$proxy_host`` for one)."""
+        if self.ssl_context is None:
+            return None
+        return self.tls_server_name or (server.host if server.path is None else "localhost")
 
     def close(self) -> None:
         self.closed = True
-        for pool in self.peers.values():
+        for pool in self.peers:
             pool.close()

@@ -23,6 +23,10 @@ through one ``NextUpstream``, so both follow the same rules and leave the same r
   life (a tunnel open for hours says nothing about the upstream's latency).
 * No server answered: 504 if the last failure was a timeout, else 502; with no
   server available at all, "no live upstreams" goes to the error log.
+* The server being tried counts one connection (``Peer.conns``, what ``least_conn`` compares)
+  from its pick until the try fails (before the next server is picked), or else until
+  ``finish()``: the response to the client is done or the tunnel closed. Every way out lets it
+  go: a failure, the client's body failing, a cancellation (the client went away).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class NextUpstream:
     ``answer()`` returns the first server's answer; the caller relays it (or opens a tunnel)
     and then calls ``finish()``. When no server answered, ``no_answer()`` is the response."""
 
-    __slots__ = ("addrs", "ctx", "observed", "pool", "started", "statuses", "timed_out")
+    __slots__ = ("addrs", "ctx", "held", "observed", "pool", "started", "statuses", "timed_out")
 
     def __init__(self, pool: UpstreamPool, ctx: RequestContext) -> None:
         self.pool = pool
@@ -63,6 +67,7 @@ class NextUpstream:
         self.timed_out = False  # how the last failure ended: 504 rather than 502
         self.started = time.monotonic()
         self.observed = False  # the metric has had its sample (a WebSocket's handshake)
+        self.held: Peer | None = None  # the server whose connection count this request holds
 
     async def answer(
         self,
@@ -89,19 +94,25 @@ class NextUpstream:
             peer = balancer.pick(tried, ctx)
             if peer is None:
                 break
+            peer.conns += 1
+            self.held = peer
             tried.add(peer.index)
             addrs.append(peer.address)
-            if head_for is not None:
-                head = head_for(peer)
             try:
+                if head_for is not None:
+                    head = head_for(peer)
                 answer = await exchange(pool, peer, head, body, chunked, buffers, ctx, upgrade=upgrade)
             except UpstreamFailure as exc:
+                self.release()
                 self.timed_out = exc.timeout
                 statuses.append("504" if exc.timeout else "502")
                 self._failed(peer, exc)
                 if exc.phase != "connect" and (ctx.method in NON_IDEMPOTENT or consumed(body)):
                     break  # the request may have reached the upstream: replaying it is not safe (or possible)
                 continue
+            except BaseException:
+                self.release()  # the client's body failed, or the request was cancelled
+                raise
             if isinstance(body, RequestSpool):
                 body.close()  # sent, and there is an answer: no retry will need it again
             balancer.report(peer, failed=False)
@@ -125,9 +136,17 @@ class NextUpstream:
         STATS.upstream(self.pool.name, time.monotonic() - self.started)
         self.observed = True
 
+    def release(self) -> None:
+        """Give back the connection count of the server being tried (at most once)."""
+        peer = self.held
+        if peer is not None:
+            self.held = None
+            peer.conns -= 1
+
     def finish(self) -> None:
-        """The response is done (or the tunnel closed): ``$upstream_response_time``, and the
-        metric's sample unless a handshake gave it already."""
+        """The response is done (or the tunnel closed): the server's connection count goes back,
+        ``$upstream_response_time``, and the metric's sample unless a handshake gave it already."""
+        self.release()
         elapsed = time.monotonic() - self.started
         self.ctx.upstream_time = f"{elapsed:.3f}"
         if not self.observed:
@@ -176,7 +195,7 @@ async def exchange(
     the response body goes to the returned spool (``buffers``: the route's policy). With
     ``upgrade`` (a WebSocket handshake) a 101 answer is the start of a tunnel on the
     returned connection."""
-    peer_pool = pool.connections.peer(peer.spec.host, peer.spec.port)
+    peer_pool = pool.connections.peers[peer.index]
     for attempt in range(2):
         conn = await peer_pool.acquire(pool.connect_timeout, fresh=attempt > 0)
         if upgrade:

@@ -2,7 +2,8 @@
 
 * ``keepalive: N`` caps the idle connections kept for the upstream (like nginx's
   ``keepalive``), not the number of connections in use.
-* ``connect_timeout`` bounds the TCP (and TLS) connect; ``read_timeout`` bounds the
+* Each server has its own pool of idle connections, a ``unix:/path`` server too (one per path).
+* ``connect_timeout`` bounds the TCP or Unix-socket (and TLS) connect; ``read_timeout`` bounds the
   gap between two reads of the response, like ``proxy_read_timeout``;
   ``send_timeout`` a stalled write of the request body.
 * Plain HTTP and WebSocket handshakes go through ``http1`` (our own client).
@@ -27,6 +28,7 @@ class UpstreamPool:
         self.read_timeout = spec.read_timeout_ms / 1000
         self.send_timeout = spec.send_timeout_ms / 1000
         self.connections = UpstreamConnections(
+            spec.servers,
             spec.keepalive,
             spec.keepalive_timeout_ms / 1000,
             spec.scheme,

@@ -3,6 +3,9 @@
 
 One nginx process serves both sides: backend server blocks that answer their own name (on TCP
 ports, and one on a unix socket), and front server blocks whose upstreams balance over them.
+The gateway, started through its CLI, balances over the same backends with the same server list
+(the unix socket included: the consistent ring places it by its path): its picks are compared
+with nginx's request for request.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from gateway.proxy.hashing import ConsistentRing, hash_pick, ip_hash_pick
-from tests.support.nginx import NginxProcess, find_nginx
+from tests.support.gateway import Gateway
+from tests.support.nginx import NginxProcess, find_nginx, single_worker_conf
 from tests.support.ports import free_port
 
 NGINX = find_nginx()
@@ -44,23 +48,12 @@ def servers(setup: Setup, *, down: bool) -> str:
 
 
 def nginx_conf(setup: Setup) -> str:
-    d = setup.workdir
     backends = "\n".join(
         f"    server {{ listen 127.0.0.1:{port}; return 200 s{i}; }}" for i, port in enumerate(setup.backends)
     )
-    return f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 1024; }}
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    access_log off;
+    return single_worker_conf(
+        setup.workdir,
+        f"""    access_log off;
 {backends}
     server {{ listen unix:{setup.sock}; return 200 s4; }}
     upstream by_hash {{
@@ -77,9 +70,8 @@ http {{
     }}
     server {{ listen 127.0.0.1:{setup.fronts["hash"]}; location / {{ proxy_pass http://by_hash; }} }}
     server {{ listen 127.0.0.1:{setup.fronts["chash"]}; location / {{ proxy_pass http://by_chash; }} }}
-    server {{ listen 127.0.0.1:{setup.fronts["ip_hash"]}; location / {{ proxy_pass http://by_ip; }} }}
-}}
-"""
+    server {{ listen 127.0.0.1:{setup.fronts["ip_hash"]}; location / {{ proxy_pass http://by_ip; }} }}""",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +129,40 @@ def test_ip_hash_matches_nginx(nginx: Setup) -> None:
         packed = socket.inet_aton(source)
         expected = ip_hash_pick(packed, WEIGHTS, lambda i: not DOWN[i])
         assert served_by(port, "/", source) == expected, source
+
+
+def gateway_yaml(setup: Setup, port: int) -> str:
+    def servers(down: bool) -> str:
+        return ", ".join(
+            f"{{address: '{name}', weight: {weight}, down: {str(down and DOWN[i]).lower()}}}"
+            for i, (name, weight) in enumerate(zip(setup.names, WEIGHTS, strict=True))
+        )
+
+    return f"""
+listen: 127.0.0.1:{port}
+upstreams:
+  by_hash: {{servers: [{servers(True)}], balance: "hash $arg_k"}}
+  by_chash: {{servers: [{servers(False)}], balance: "hash $arg_k consistent"}}
+routes:
+  - {{location: /h, upstream: by_hash}}
+  - {{location: /c, upstream: by_chash}}
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(nginx: Setup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    workdir = tmp_path_factory.mktemp("hash-balancing-gateway")
+    port = free_port()
+    gw = Gateway(workdir, gateway_yaml(nginx, port), port).start()
+    yield gw
+    gw.stop()
+
+
+@pytest.mark.parametrize(("front", "path"), [("hash", "/h"), ("chash", "/c")])
+def test_the_gateway_picks_the_server_nginx_picks(nginx: Setup, gateway: Gateway, front: str, path: str) -> None:
+    picked = set()
+    for key in keys(60):
+        index = served_by(gateway.port, f"{path}?k={key}")
+        assert index == served_by(nginx.fronts[front], f"/?k={key}"), key
+        picked.add(index)
+    assert len(WEIGHTS) - 1 in picked  # the unix-socket server is among them

@@ -75,9 +75,14 @@ def test_known_translations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     # its certificate here its ssl listen is left out, and the :80 server's return is a return route
     lemmy = _doc("lemmy/docker/prod/nginx.conf.rendered-example.com", tmp_path, capsys)
     assert "limit_req_zone" not in str(lemmy) and lemmy.get("zones")
-    # cal-itp: `upstream app_server { server unix:... }` is not invented as app_server:80
+    # cal-itp: `upstream app_server { server unix:... }` keeps its socket (never invented as app_server:80)
     cal = _doc("cal-itp-benefits/appcontainer/nginx.conf", tmp_path, capsys)
-    assert "app_server" not in str(cal.get("upstreams", {}))
+    upstreams = cal.get("upstreams", {})
+    assert isinstance(upstreams, dict)
+    assert upstreams["app_server"]["servers"] == [{"address": "unix:/calitp/run/gunicorn.sock", "fail_timeout": "0"}]
+    # discourse: its four thin sockets are the upstream's servers
+    discourse = _doc("discourse/config/nginx.sample.conf", tmp_path, capsys)
+    assert "unix:/var/www/discourse/tmp/sockets/thin.3.sock" in str(discourse["upstreams"])
     # the h5bp no-ssl template: the server-level `return 301 $scheme://example.com$request_uri;` is a route
     h5bp = _doc("h5bp-server-configs-nginx/conf.d/templates/no-ssl.example.com.conf", tmp_path, capsys)
     assert "return" in str(h5bp)

@@ -8,12 +8,33 @@ from pathlib import Path
 
 from tests.support.ports import wait_port
 
-__all__ = ["NginxProcess", "find_nginx"]
+__all__ = ["NginxProcess", "find_nginx", "single_worker_conf"]
 
 
 def find_nginx() -> str | None:
     """The nginx binary on PATH or in the usual sbin directories; None when not installed."""
     return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
+
+
+def single_worker_conf(workdir: Path, http: str) -> str:
+    """An nginx.conf of one process in the foreground, its pid, error log and temp paths in
+    ``workdir``, around the ``http`` block's body ``http``."""
+    d = workdir
+    return f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 1024; }}
+http {{
+    client_body_temp_path {d}/client_body_temp;
+    proxy_temp_path {d}/proxy_temp;
+    fastcgi_temp_path {d}/fastcgi_temp;
+    uwsgi_temp_path {d}/uwsgi_temp;
+    scgi_temp_path {d}/scgi_temp;
+{http}
+}}
+"""
 
 
 class NginxProcess:

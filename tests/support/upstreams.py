@@ -1,7 +1,8 @@
 """Upstream doubles on real sockets, each named by what it does.
 
 * ``Upstream``: an aiohttp app in its own thread: echo (JSON), downloads, slow and hanging
-  answers, status codes, WebSocket echo, hop-by-hop headers, gzip, cookies; records requests.
+  answers, status codes, WebSocket echo, hop-by-hop headers, gzip, cookies; records requests
+  (and which connection each came on). On TCP, or on a Unix-domain socket (``unix_path``).
 * ``HeadEchoUpstream``: a bare HTTP/1.1 server in a thread that takes any method and answers
   each request with the head it read, as JSON (a subclass scripts other answers).
 * ``ScriptUpstream``: an asyncio server in the test's own loop that runs a script (coroutine)
@@ -47,9 +48,12 @@ def pattern(n: int) -> bytes:
 class Upstream:
     """An aiohttp upstream in its own thread and event loop, recording what it receives."""
 
-    def __init__(self, name: str = "up", ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, name: str = "up", ssl_context: ssl.SSLContext | None = None, unix_path: str | None = None
+    ) -> None:
         self.name = name
         self.ssl_context = ssl_context  # an HTTPS upstream
+        self.unix_path = unix_path  # listen on this Unix-domain socket instead of a TCP port
         self.port = free_port()
         self.seen: list[dict[str, Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -76,7 +80,7 @@ class Upstream:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"unix:{self.unix_path}" if self.unix_path else f"127.0.0.1:{self.port}"
 
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
@@ -102,7 +106,10 @@ class Upstream:
         r.add_route("*", "/{tail:.*}", self._echo)
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context).start()
+        if self.unix_path:
+            await web.UnixSite(self._runner, self.unix_path, ssl_context=self.ssl_context).start()
+        else:
+            await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.ssl_context).start()
 
     async def _shutdown(self) -> None:
         if self._runner is not None:
@@ -120,7 +127,10 @@ class Upstream:
             "path": request.raw_path,
             "headers": list(request.headers.items()),
             "peer": request.remote,
-            "peer_port": request.transport.get_extra_info("peername")[1] if request.transport else None,
+            "peer_port": request.transport.get_extra_info("peername")[1]
+            if request.transport and not self.unix_path
+            else None,
+            "connection": id(request.transport),  # the same number: the same connection (keep-alive)
             **extra,
         }
         self.seen.append(entry)

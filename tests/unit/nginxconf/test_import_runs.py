@@ -93,21 +93,57 @@ def test_no_upstream_is_invented(tmp_path: Path, capsys: pytest.CaptureFixture[s
     got = run(
         tmp_path,
         capsys,
-        "http {\n upstream app { server unix:/run/app.sock; }\n upstream spare { server 127.0.0.1:9001 backup; }\n"
+        "http {\n upstream app { server 127.0.0.1:9002 max_conns=5; }\n"
+        " upstream spare { server 127.0.0.1:9001 backup; }\n"
         " server { listen 8080;\n"
         "  location / { proxy_pass http://app; }\n"
-        "  location /sock/ { proxy_pass http://unix:/run/app.sock:/; }\n"
+        "  location /sock/ { proxy_pass http://unix::/; }\n"
         "  location /spare/ { proxy_pass http://spare; }\n"
         f"  location /ok/ {{ {APP} }}\n }}\n}}\n",
     )
     assert set(got.doc["upstreams"]) == {"127.0.0.1_9000"}  # no app:80, no unix::80, no all-backup spare
     for where in ("/", "/sock/", "/spare/"):
         assert got.routes()[where] == {"location": where, "return": {"code": 503}}
-    assert "unix: sockets are not supported" in got.skipped("2")
+    assert "server parameter max_conns=5 is not supported" in got.skipped("2")
     assert "every server is marked backup or down" in got.skipped("3")
     assert 'upstream "app" was not translated' in got.skipped("5")
-    assert "to a unix: socket" in got.skipped("6")
+    assert "no path in the unix domain socket" in got.skipped("6")
     assert "# refuses every request (503)" in got.text
+
+
+def test_least_conn_and_unix_socket_servers_are_translated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    got = run(
+        tmp_path,
+        capsys,
+        "http {\n upstream app {\n  least_conn;\n"
+        "  server unix:/run/app.sock weight=3 max_fails=2 fail_timeout=5s;\n"
+        "  server 127.0.0.1:9001;\n  server unix:/run/spare.sock backup;\n }\n"
+        " server { listen 8080;\n"
+        "  location / { proxy_pass http://app; }\n"
+        "  location /sock/ { proxy_pass http://unix:/run/api.sock:/v1/; }\n"
+        "  location /bare/ { proxy_pass http://unix:/run/api.sock; }\n"
+        "  location ~ ^/re { proxy_pass http://unix:/run/api.sock; }\n"
+        " }\n}\n",
+    )
+    assert got.code == 0, got.stderr
+    assert got.doc["upstreams"] == {
+        "app": {
+            "servers": [
+                {"address": "unix:/run/app.sock", "weight": 3, "max_fails": 2, "fail_timeout": "5s"},
+                "127.0.0.1:9001",
+                {"address": "unix:/run/spare.sock", "backup": True},
+            ],
+            "balance": "least_conn",
+        },
+        # proxy_pass http://unix:/path:/uri is nginx's implicit upstream of that one socket
+        "unix__run_api.sock": {"servers": ["unix:/run/api.sock"]},
+    }
+    routes = got.routes()
+    assert routes["/"]["upstream"] == "app"
+    assert routes["/sock/"] == {"location": "/sock/", "upstream": "unix__run_api.sock", "uri": "/v1/"}
+    assert routes["/bare/"] == {"location": "/bare/", "upstream": "unix__run_api.sock"}
+    assert routes["~ ^/re"]["upstream"] == "unix__run_api.sock"
+    assert "skipped" not in got.stderr
 
 
 def test_ssl_listens_need_a_certificate_and_key_that_can_be_read(
