@@ -21,6 +21,7 @@ from tests.support.differential.scenarios import ALL, BOUNDARY
 CASES = [pytest.param(s.name, id=s.name) for s in ALL]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", CASES)
 def test_gateway_decides_like_nginx(name: str, differential: Run) -> None:
     comparison = differential.comparisons[name]

@@ -88,6 +88,7 @@ def test_only_process_directives_were_skipped(imported: Imported) -> None:
     assert doc["routes"][0]["location"] == "/"
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("name", [s.name for s in ALL])
 def test_imported_config_decides_like_nginx(name: str, imported: Imported) -> None:
     comparison = imported.run.comparisons[name]
@@ -153,6 +154,7 @@ async def _ask(port: int, host: str, target: str) -> tuple[int, str, str]:
     return int(lines[0].split()[1]), interesting, body if int(lines[0].split()[1]) == 403 else ""
 
 
+@pytest.mark.timing
 def test_two_server_blocks_decide_like_nginx(tmp_path: Path) -> None:
     binary = find_nginx()
     if binary is None:

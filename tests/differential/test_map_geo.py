@@ -145,6 +145,7 @@ async def run(port: int) -> list[tuple[int, str, str, str]]:
     return answers
 
 
+@pytest.mark.timing
 def test_map_and_geo_keys_decide_like_nginx(tmp_path: Path) -> None:
     binary = find_nginx()
     if binary is None:

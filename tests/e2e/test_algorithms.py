@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 
 import aiohttp
+import pytest
 
 from tests.support.config import config
 from tests.support.http import get
@@ -115,6 +116,7 @@ async def test_sliding_log_headers_retry_after_and_status_variable(gateway_facto
     assert "limiting requests, sliding_log: remaining 0 of 2" in gw.stderr()
 
 
+@pytest.mark.timing
 async def test_token_bucket_makes_the_request_wait_then_rejects_past_max_delay(gateway_factory, upstream):
     gw = gateway_factory(
         limited_config(

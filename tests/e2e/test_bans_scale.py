@@ -146,6 +146,7 @@ async def drop_ban_keys(url: str, prefix: str) -> None:
     await client.aclose()
 
 
+@pytest.mark.timing
 async def test_a_node_started_against_100k_bans_enforces_them_within_5s_and_keeps_serving(
     gateway_factory, upstream, redis_session
 ):
@@ -204,6 +205,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
+@pytest.mark.timing
 async def test_100k_bans_through_the_admin_api_reach_every_worker(gateway_factory, upstream, tmp_path):
     admin = free_port()
     gw = gateway_factory(node_config(upstream, admin, extra="workers: 2\n"))

@@ -166,6 +166,7 @@ async def test_a_body_beyond_client_body_buffer_size_goes_to_an_anonymous_temp_f
     assert temp_fds(gw, temp_dir) == []
 
 
+@pytest.mark.timing
 async def test_client_body_deadline_bounds_the_whole_body(gateway_factory):
     with CountingUpstream(echo_length) as up:
         gw = gateway_factory(lambda p: config(p, [up.address], "client_body_timeout: 5s", "client_body_deadline: 1s"))

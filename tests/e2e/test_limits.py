@@ -25,6 +25,7 @@ def limited_config(upstream: Upstream, zones: str, route: str, extra: str = "") 
     return config(upstream, top=TOP, zones=zones, upstream_options="read_timeout: 5s", route=route, extra=extra)
 
 
+@pytest.mark.timing
 async def test_delayed_requests_really_wait_and_overflow_is_rejected(gateway_factory, upstream):
     gw = gateway_factory(
         limited_config(
@@ -55,6 +56,7 @@ async def test_delayed_requests_really_wait_and_overflow_is_rejected(gateway_fac
     assert len(delays) == 3
 
 
+@pytest.mark.timing
 async def test_disconnect_while_delayed_frees_everything(gateway_factory, upstream):
     gw = gateway_factory(
         limited_config(
@@ -123,6 +125,7 @@ async def test_limit_conn_slot_is_released_after_an_upstream_error(gateway_facto
             assert (await get(gw.url + "/echo", session=session))[0] == 502
 
 
+@pytest.mark.timing
 async def test_ratelimit_headers_on_success_and_rejection(gateway_factory, upstream):
     gw = gateway_factory(
         limited_config(
@@ -307,6 +310,7 @@ async def test_keys_from_non_latin_1_headers_work_and_stay_distinct(gateway_fact
         assert (await get(gw.url + "/echo", session=session, headers={"Cookie": "user=日本"}))[0] == 503
 
 
+@pytest.mark.timing
 async def test_a_request_waiting_out_a_delay_survives_a_reload_that_renames_its_upstream(gateway_factory, upstream):
     make = limited_config(
         upstream,

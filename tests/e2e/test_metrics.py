@@ -73,6 +73,7 @@ async def wait_workers(gw, count: int) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_known_mix_of_requests_gives_exact_counts(gateway_factory, upstream, workers):
     admin = free_port()

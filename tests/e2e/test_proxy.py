@@ -133,6 +133,7 @@ async def test_websocket_refused_upstream_status_reaches_client(gateway_factory,
 # -- error statuses ------------------------------------------------------------------------------
 
 
+@pytest.mark.timing
 async def test_502_quickly_when_upstream_refuses(gateway_factory):
     dead = free_port()
     gw = gateway_factory(lambda p: basic_config(p, [f"127.0.0.1:{dead}"]))
@@ -144,6 +145,7 @@ async def test_502_quickly_when_upstream_refuses(gateway_factory):
     assert "connect() failed" in gw.stderr()
 
 
+@pytest.mark.timing
 async def test_504_when_upstream_does_not_answer(gateway_factory, upstream):
     gw = gateway_factory(
         lambda p: basic_config(p, [upstream.address]).replace("read_timeout: 2s", "read_timeout: 400ms")
@@ -171,6 +173,7 @@ async def test_413_for_declared_and_for_chunked_bodies(gateway_factory, upstream
     assert all(entry["body_bytes"] <= 1024 for entry in upstream.seen)
 
 
+@pytest.mark.timing
 async def test_408_when_the_client_stalls_while_sending_the_body(gateway_factory, upstream):
     gw = gateway_factory(lambda p: basic_config(p, [upstream.address]) + "    client_body_timeout: 500ms\n")
     reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)

@@ -21,6 +21,8 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from gateway.config.teardown import release
 from gateway.errors import ConfigErrors
 from gateway.plan import load_config_text
@@ -134,6 +136,7 @@ def _wait_for_log(gw: Gateway, text: str, timeout: float) -> None:
         time.sleep(0.005)
 
 
+@pytest.mark.timing
 def test_a_reload_of_2000_locations_does_not_stall_serving(gateway_factory, upstream: Upstream):
     gw = gateway_factory(lambda port: large_config(port, upstream.address, 429))
     probe = Probe(gw.port)
@@ -184,6 +187,7 @@ def test_a_reload_of_2000_locations_does_not_stall_serving(gateway_factory, upst
         gc.enable()
 
 
+@pytest.mark.timing
 def test_with_workers_the_master_parses_off_its_loop_and_refuses_a_bomb(gateway_factory, upstream: Upstream):
     def config(port: int, status: int) -> str:
         return large_config(port, upstream.address, status).replace(

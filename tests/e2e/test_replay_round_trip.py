@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from gateway.plan import load_config_text
 from gateway.replay.logread import Timing, line_parser, read_requests
@@ -52,6 +53,7 @@ async def _schedule(url: str) -> None:
         await asyncio.gather(*(get("/burst/", at) for at in SCHEDULE_MS), get("/api/", 0))
 
 
+@pytest.mark.timing
 def test_round_trip_reproduces_the_logged_limit_req_status(
     gateway_factory: Callable[..., Gateway], tmp_path: Path
 ) -> None:

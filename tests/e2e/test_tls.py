@@ -274,6 +274,7 @@ def test_reload_new_certificate_keeps_connections_and_bad_one_is_refused(
 # -- hostile and confused clients ------------------------------------------------------------------
 
 
+@pytest.mark.timing
 def test_plain_http_to_tls_port_and_silent_clients_are_closed_quietly(
     ca: TestCA, start_tls: Callable[..., tuple[Gateway, int]]
 ) -> None:
@@ -508,6 +509,7 @@ routes:
             load_config_text(bad + "\nroutes: [{location: /, return: {code: 204}}]\n")
 
 
+@pytest.mark.timing
 def test_a_client_hello_in_pieces_and_a_stalled_one(ca: TestCA, start_tls: Callable[..., tuple[Gateway, int]]) -> None:
     """The first bytes read to tell TLS from plain HTTP reach the handshake, whatever follows
     them and however late; a ClientHello that stops halfway is closed at client_header_timeout."""

@@ -482,6 +482,7 @@ async def test_a_tunnel_to_a_tls_upstream(gateway_factory, tmp_path):
         await runner.cleanup()
 
 
+@pytest.mark.timing
 async def test_shutdown_ends_an_open_tunnel_within_shutdown_timeout(gateway_factory):
     async with ScriptUpstream(switching_upstream()) as up:
         gw = gateway_factory(lambda p: ws_config(f"127.0.0.1:{up.port}")(p) + "shutdown_timeout: 1s\n")

@@ -197,6 +197,7 @@ def sleep_until(t_ms: float) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.timing
 def test_interleaved_requests_share_one_bucket(
     redis_session: RedisServer, openresty: OpenResty, interop_gateway: Gateway
 ) -> None:

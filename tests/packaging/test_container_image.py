@@ -234,6 +234,7 @@ def node_config(port: int, admin_port: int, redis_port: int, prefix: str, upstre
     return yaml.safe_dump(config)
 
 
+@pytest.mark.timing
 def test_two_containers_share_limits_and_bans_and_drain_on_sigterm(
     image: str, containers: Any, redis_session: RedisServer, upstream: Upstream, tmp_path: Path
 ) -> None:
@@ -353,6 +354,7 @@ def status_from(container: str, url: str) -> int:
     return int(podman("exec", container, "python3", "-c", script).stdout.strip())
 
 
+@pytest.mark.timing
 def test_compose_runs_two_nodes_sharing_limits_and_bans(image: str, tmp_path: Path) -> None:
     if shutil.which("podman-compose") is None:
         pytest.skip("podman-compose not installed (scripts/test installs it with apt: apt-get install podman-compose)")

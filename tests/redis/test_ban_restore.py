@@ -63,6 +63,7 @@ def probe(target: str) -> str:
     return target.replace("0/24", "77")
 
 
+@pytest.mark.timing
 async def test_a_node_puts_back_the_bans_redis_lost(gateway_factory, upstream, redis_server) -> None:
     prefix = f"restore{uuid.uuid4().hex[:6]}:"
     metrics_ports = [free_port(), free_port()]

@@ -68,6 +68,7 @@ async def play(urls: list[str], schedule_ms: list[int], path: str) -> list[int]:
     return results
 
 
+@pytest.mark.timing
 async def test_three_nodes_admit_what_one_node_admits(gateway_factory, upstream, redis_session):
     prefix = f"acc{uuid.uuid4().hex[:6]}:"
     nodes = [gateway_factory(node_config(upstream, redis_session.url, prefix)) for _ in range(3)]
@@ -86,6 +87,7 @@ async def test_three_nodes_admit_what_one_node_admits(gateway_factory, upstream,
     assert all(any(e["status"] == 200 for e in n.access_json()) for n in nodes)
 
 
+@pytest.mark.timing
 async def test_a_manual_ban_reaches_every_node_within_a_second(gateway_factory, upstream, redis_session, tmp_path):
     prefix = f"ban{uuid.uuid4().hex[:6]}:"
     make = node_config(upstream, redis_session.url, prefix)
@@ -125,6 +127,7 @@ async def test_a_manual_ban_reaches_every_node_within_a_second(gateway_factory, 
     assert propagation < 1.0 and lifted < 1.0
 
 
+@pytest.mark.timing
 async def test_an_automatic_ban_holds_on_every_node(gateway_factory, upstream, redis_session):
     prefix = f"auto{uuid.uuid4().hex[:6]}:"
     make = node_config(
@@ -146,6 +149,7 @@ async def test_an_automatic_ban_holds_on_every_node(gateway_factory, upstream, r
     assert "banned for 2s" in a.stderr()
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("policy", ["local", "allow", "deny"])
 async def test_redis_killed_and_restarted_under_load(gateway_factory, upstream, redis_server, policy):
     prefix = f"f{uuid.uuid4().hex[:6]}:"

@@ -11,6 +11,7 @@ import asyncio
 import time
 import uuid
 
+import pytest
 import redis
 
 from gateway.config.store import RedisSpec
@@ -98,6 +99,7 @@ async def test_a_batch_decides_in_order_like_one_call_per_request(redis_server):
         await store.close()
 
 
+@pytest.mark.timing
 async def test_a_hung_redis_fails_a_whole_batch_within_one_timeout(redis_server):
     store = await open_store(redis_server.url, timeout_ms=100)
     route = store.routes["/"]  # type: ignore[attr-defined]

@@ -49,6 +49,7 @@ def _plain(verdict) -> tuple[dict, int]:
     return data, ban_until
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_the_short_path_decides_as_the_general_one(redis_session, seed):
     config = load_config_text(CONFIG)

@@ -113,6 +113,7 @@ async def test_kill_and_restart_on_same_port(redis_server: RedisServer) -> None:
         await client.aclose()
 
 
+@pytest.mark.timing
 async def test_pause_times_out_and_resume_recovers(redis_server: RedisServer) -> None:
     client = aioredis.Redis(host=redis_server.host, port=redis_server.port, socket_timeout=0.2, retry=NO_RETRY)
     try:
@@ -138,6 +139,7 @@ async def test_pause_times_out_and_resume_recovers(redis_server: RedisServer) ->
         await client.aclose()
 
 
+@pytest.mark.timing
 def test_stop_paused_server_is_quick(redis_server_factory: Callable[..., RedisServer]) -> None:
     server = redis_server_factory()
     server.pause()

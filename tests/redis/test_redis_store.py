@@ -58,6 +58,7 @@ async def wait_closed(store: RedisStore, limit: float = 3.0) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.timing
 async def test_a_hung_redis_costs_at_most_the_timeout_then_nothing(redis_server):
     store = await open_store(redis_server.url, timeout_ms=50)
     try:

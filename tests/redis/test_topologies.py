@@ -80,6 +80,7 @@ async def test_two_nodes_share_limits_on_a_redis_cluster(gateway_factory, upstre
     ]
 
 
+@pytest.mark.timing
 async def test_sentinel_failover_under_traffic(gateway_factory, upstream, redis_sentinel):
     prefix = f"s{uuid.uuid4().hex[:6]}:"
     nodes = ", ".join(f"127.0.0.1:{port}" for _, port in redis_sentinel.sentinel_addresses)

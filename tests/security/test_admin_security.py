@@ -488,6 +488,7 @@ def redis_config(upstream: Upstream, admin_port: int, redis_url: str) -> Any:
     )
 
 
+@pytest.mark.timing
 async def test_a_redis_outage_gives_503_in_bounded_time_and_one_line_from_the_cli(
     gateway_factory, upstream, redis_server
 ):

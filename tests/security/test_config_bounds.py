@@ -76,6 +76,7 @@ def count_values(data: Any) -> int:
 # -- 1. alias expansion, node count, depth, size ----------------------------------------------
 
 
+@pytest.mark.timing
 def test_a_7_level_alias_bomb_is_refused_by_check_at_once_and_in_little_memory(tmp_path: Path):
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(alias_bomb(7))

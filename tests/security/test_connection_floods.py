@@ -293,6 +293,7 @@ def budget_line(gw: Gateway, nofile: int) -> str:
 LIMITS = [1024, 4096]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("nofile", LIMITS)
 def test_six_thousand_half_header_senders(limited, raw_upstream, tmp_path, nofile):
     gw = limited(nofile, lambda port: basic_config(port, [raw_upstream.address]))
@@ -301,6 +302,7 @@ def test_six_thousand_half_header_senders(limited, raw_upstream, tmp_path, nofil
     under_attack(gw, attacker, f"6,000 half-header senders, nofile {nofile}")
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("nofile", LIMITS)
 def test_slow_bodies_from_45_addresses(limited, raw_upstream, tmp_path, nofile):
     gw = limited(nofile, lambda port: basic_config(port, [raw_upstream.address]))
@@ -346,6 +348,7 @@ def tls_handshake_works(port: int, ca: TestCA) -> bool:
         return tls.recv(12) == b"HTTP/1.1 200"
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("nofile", LIMITS)
 @pytest.mark.parametrize("spread", [False, True], ids=["one-address", "6000-addresses"])
 def test_stalled_tls_handshakes(limited, raw_upstream, tmp_path, nofile, spread):

@@ -193,6 +193,7 @@ def test_client_header_timeout_counts_the_whole_header(gateway_factory, raw_upst
     assert 0.9 < closed_at - started < 2.0
 
 
+@pytest.mark.timing
 def test_an_idle_connection_gets_keepalive_timeout_and_no_more(gateway_factory, raw_upstream):
     gw = gateway_factory(
         lambda port: basic_config(port, [raw_upstream.address]) + "client_header_timeout: 10s\nkeepalive_timeout: 1s\n"
@@ -243,6 +244,7 @@ def test_send_timeout_closes_a_client_that_stops_reading(gateway_factory, upstre
         sock.close()
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("spread", [False, True], ids=["one-address", "spread-over-127/8"])
 def test_fifteen_thousand_idle_and_slowloris_sockets_do_not_take_the_gateway_down(

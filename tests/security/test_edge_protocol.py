@@ -71,6 +71,7 @@ MANY_HEADERS = (
         (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40, 400),  # TLS on the plain port
     ],
 )
+@pytest.mark.timing
 def test_odd_request_lines_get_a_clear_answer_that_echoes_nothing(gw, raw_upstream, request_bytes, status):
     started = time.monotonic()
     response = exchange(gw.port, request_bytes)

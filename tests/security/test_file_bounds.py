@@ -114,6 +114,7 @@ def test_a_directory_as_allow_file_is_refused(tmp_path: Path) -> None:
     assert_refused(run, f"{conf}:3:", "access.allow_file", "not a regular file (a directory)")
 
 
+@pytest.mark.timing
 def test_dev_zero_as_certificate_and_key_is_refused_at_each_key(tmp_path: Path) -> None:
     conf = config_with(tmp_path, "ssl_certificate: /dev/zero\nssl_certificate_key: /dev/urandom\n")
     run = gateway("check", "-c", str(conf), tmp=tmp_path, timeout=60)
@@ -132,6 +133,7 @@ def test_an_oversized_certificate_is_refused_by_its_size(tmp_path: Path) -> None
     assert run.rss_kb < SMALL_RSS_KB
 
 
+@pytest.mark.timing
 def test_dev_zero_and_a_fifo_as_tls_ca_are_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "ca.fifo"
     os.mkfifo(fifo)

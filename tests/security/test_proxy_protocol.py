@@ -180,6 +180,7 @@ def test_without_a_valid_header_the_connection_is_closed(gateway_factory, first:
     assert body(exchange(gw.port, b"PROXY UNKNOWN\r\n" + REQUEST)) == "ra=127.0.0.1 ppa= ppp="
 
 
+@pytest.mark.timing
 def test_a_slow_header_meets_client_header_timeout(gateway_factory) -> None:
     gw = gateway_factory(pp_config())
     started = time.monotonic()
@@ -196,6 +197,7 @@ def test_a_slow_header_meets_client_header_timeout(gateway_factory) -> None:
     assert time.monotonic() - started < 3.5
 
 
+@pytest.mark.timing
 def test_header_time_counts_towards_the_request_header(gateway_factory) -> None:
     """client_header_timeout runs from accept, not from the end of the PROXY header."""
     gw = gateway_factory(pp_config())

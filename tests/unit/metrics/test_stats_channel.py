@@ -6,6 +6,8 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from gateway.metrics import channel
 from gateway.metrics.stats import Stats, merge, retire
 
@@ -31,6 +33,7 @@ def test_merge_adds_counters_and_histograms_and_merges_gauges_by_kind():
     assert retire(node)["g"] == {} and retire(node)["c"] == node["c"]
 
 
+@pytest.mark.timing
 async def test_a_stuck_worker_does_not_hang_a_scrape_and_a_retired_one_keeps_its_counts(tmp_path):
     name = "test-counter"
     counts = {"n": 0}
