@@ -20,6 +20,7 @@ from gateway.nginxconf.result import Result
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.upstreams import Upstreams
 from gateway.nginxconf.values import INHERITED, check_setting, same_as_nginx, unsupported
+from gateway.nginxconf.variables import Variables
 
 HTTP_ONLY = ("limit_req_zone", "limit_conn_zone", "upstream", "log_format")
 
@@ -34,6 +35,7 @@ class Context:
         self.upstreams = Upstreams(self.result)
         self.logs = Logs(self.result)
         self.access = Access(self.result)
+        self.variables = Variables(self.result)
 
     def skip(self, d: Directive, reason: str) -> None:
         self.result.skip(d, reason)

@@ -14,9 +14,11 @@ from gateway.http.rules import compile_condition, first_answer, parse_condition
 from gateway.plan import load_config_text
 
 
-def context(method: str = "GET", target: str = "/", headers: dict[str, str] | None = None) -> RequestContext:
+def context(
+    method: str = "GET", target: str = "/", headers: dict[str, str] | None = None, client: str = "192.0.2.7"
+) -> RequestContext:
     request = make_mocked_request(method, target, headers=CIMultiDict(headers or {}))
-    peer = parse_addr("192.0.2.7")
+    peer = parse_addr(client)
     assert peer is not None
     ctx = RequestContext(request, 0.0, peer, "http", 80)
     ctx.uri = ctx.path_only

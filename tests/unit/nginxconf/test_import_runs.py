@@ -201,7 +201,7 @@ def test_try_files_to_a_named_location_routes_to_its_upstream_with_its_limits_an
 GUARDED = (
     "http { server { listen 8080;\n"
     "  location / {\n"
-    "    if ($request_method !~ ^(GET|HEAD|POST)$) { return 405; }\n"
+    "    if ($request_method !~ ^(GET|HEAD|POST)$) { set $bad 1; return 405; }\n"
     f"    {APP} }}\n"
     "  location /api/ {\n"
     "    if ($request_method = 'OPTIONS') { add_header Access-Control-Allow-Origin *; return 204; }\n"
@@ -221,6 +221,7 @@ def test_untranslated_guards_fail_closed(tmp_path: Path, capsys: pytest.CaptureF
     guard = got.skipped("3")
     assert "if ($request_method !~ ^(GET|HEAD|POST)$)" in guard and "refuses every request (403)" in guard
     assert "answers 405 to requests matching ($request_method !~ ^(GET|HEAD|POST)$)" in guard
+    assert "its block holds set, not a return alone" in guard and "would otherwise reach the backend" in guard
     assert 'if ($request_method = "OPTIONS")' in got.skipped("6")  # the condition keeps its quotes
     assert "# refuses every request (403): if ($request_method" in got.text
     assert (
@@ -246,11 +247,12 @@ def test_a_server_level_guard_refuses_every_route_of_its_server(
     got = run(
         tmp_path,
         capsys,
-        'http { server { listen 8080; if ($request_uri ~ "/\\.git") { return 403; }\n'
+        'http { server { listen 8080; if ($invalid_referer ~ "/\\.git") { return 403; }\n'
         f"  location / {{ {APP} }} location /b/ {{ {APP} }} }} }}\n",
     )
     assert all(r["return"] == {"code": 403} for r in got.doc["routes"])
-    assert 'if ($request_uri ~ "/\\\\.git")' in got.skipped("1")
+    guard = got.skipped("1")
+    assert 'if ($invalid_referer ~ "/\\\\.git")' in guard and '"invalid_referer"' in guard
 
 
 def test_each_directive_is_listed_once_and_no_ops_go_to_one_note(
