@@ -36,6 +36,8 @@ class Context:
         self.logs = Logs(self.result)
         self.access = Access(self.result)
         self.variables = Variables(self.result)
+        self.error_pages: set[str] = set()  # the codes an error_page takes over, in the server being read
+        self.http_error_pages: set[str] = set()  # those of the http level
 
     def skip(self, d: Directive, reason: str) -> None:
         self.result.skip(d, reason)

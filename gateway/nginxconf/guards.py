@@ -1,10 +1,12 @@
 """Guards: ``if (...) { return ...; }`` as rules, and those the gateway cannot express
 (other ``if`` blocks, ``limit_except``, ``allow``/``deny`` lists).
 
-An ``if`` whose block is one ``return``, on a condition the gateway's rules test (``=``, ``!=``,
-``~``, ``~*``, ``!~``, ``!~*`` or a variable alone, on variables it knows, the map and geo
-translated included) becomes a rule (``rule``): the server's run before a location is chosen,
-a location's before its limits, in the order written, as nginx's rewrite phase runs them.
+An ``if`` whose block is one ``return`` (of a code no ``error_page`` of the server takes
+over: ``return 418`` with ``error_page 418 = @php`` hands the request on), on a condition the
+gateway's rules test (``=``, ``!=``, ``~``, ``~*``, ``!~``, ``!~*`` or a variable alone, on
+variables it knows, the map and geo translated included) becomes a rule (``rule``): the
+server's run before a location is chosen, a location's before its limits, in the order
+written, as nginx's rewrite phase runs them.
 
 Any other guard (a file test, ``set``, ``rewrite`` or another directive in the block, a
 variable the gateway does not know): leaving one out would let the requests it refuses reach
@@ -111,6 +113,8 @@ def rule(ctx: Context, d: Directive) -> tuple[Doc | None, str]:
     value = return_value(inner[0])
     if value is None:
         return None, "its return is not a code 200..599 (and text) or a URL"
+    if str(value["code"]) in ctx.error_pages:
+        return None, f"an error_page of this server takes over its {value['code']} (the gateway follows none)"
     for key in ("url", "text"):
         try:
             parse_value(value.get(key, ""), body=key == "text", defined=ctx.result.defined)

@@ -28,6 +28,7 @@ def server(
     """One server block; ``single``: the only one (its global directives apply to all); ``shared_rules``:
     every server has the same allow/deny list, which may then be the global one."""
     result = ctx.result
+    ctx.error_pages = ctx.http_error_pages | error_page_codes(block)
     srv = Server(where=d.where)
     site = Site(server=srv, scope=scope)
     rules = [x for x in block if x.name in ("allow", "deny")]
@@ -79,6 +80,17 @@ def server(
             _server_try_files(ctx, try_files, site)
         named_left(ctx, site)
     result.servers.append(srv)
+
+
+def error_page_codes(block: list[Directive]) -> set[str]:
+    """The codes every ``error_page`` of ``block`` and its nested blocks lists (its target aside)."""
+    codes: set[str] = set()
+    for x in block:
+        if x.name == "error_page":
+            codes.update(a for a in x.args[:-1] if a.isdigit())
+        elif x.block is not None and x.name != "server":
+            codes |= error_page_codes(x.block)
+    return codes
 
 
 def _before_return(ctx: Context, x: Directive, ret: Directive, answered: bool, srv: Server) -> None:

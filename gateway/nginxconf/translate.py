@@ -57,6 +57,7 @@ def _main(ctx: Context, directives: list[Directive]) -> None:
 
 def _http(ctx: Context, block: list[Directive], scope: Scope) -> None:
     ctx.variables.read(block)  # first: every later key and value may use their variables
+    ctx.http_error_pages = {a for d in block if d.name == "error_page" for a in d.args[:-1] if a.isdigit()}
     servers = [d for d in block if d.name == "server" and d.block is not None]
     rules = [d for d in block if d.name in ("allow", "deny")]
     if rules and not ctx.access.rules(rules, global_ok=True):

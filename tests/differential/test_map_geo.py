@@ -136,6 +136,13 @@ SCHEDULE = [
 ]
 
 
+def _headers(agent: str) -> dict[str, str]:
+    """``agent`` is the User-Agent, then "|" and a Referer if any; "token" in it sends an X-Token."""
+    agent, _, referer = agent.partition("|")
+    out = {"User-Agent": agent, **({"X-Token": "t"} if "token" in agent else {})}
+    return out | ({"Referer": referer} if referer else {})
+
+
 async def run(port: int, schedule: list[tuple[str, str, str, str]] = SCHEDULE) -> list[tuple[int, str, str, str]]:
     """Each request's status (0: the connection closed without a response) and the headers shown."""
     answers = []
@@ -146,7 +153,7 @@ async def run(port: int, schedule: list[tuple[str, str, str, str]] = SCHEDULE) -
                 async with session.request(
                     method,
                     f"http://127.0.0.1:{port}{path}",
-                    headers={"User-Agent": agent, **({"X-Token": "t"} if "token" in agent else {})},
+                    headers=_headers(agent),
                     data=b"x",
                     allow_redirects=False,
                 ) as resp:
@@ -282,4 +289,73 @@ def test_imported_if_return_guards_decide_like_nginx(tmp_path: Path) -> None:
         and from_nginx[7][2] == "!no scanner"
         and from_nginx[9][2] == "https://inside.test/f?x=1"
     )
+    assert from_gateway == from_nginx
+
+
+BOTS_D = Path(__file__).resolve().parents[1] / "nginx_corpus" / "wild" / "nginx-ultimate-bad-bot-blocker" / "bots.d"
+
+
+def bot_blocker_conf(d: Path, port: int, upstream: str) -> str:
+    """The bot blocker's own server includes (blockbots.conf, ddos.conf, from the corpus, as the project
+    says to include them), with a few lines of what its globalblacklist.conf defines, in its form."""
+    return f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 256; }}
+http {{
+    client_body_temp_path {d}/client_body_temp;
+    proxy_temp_path {d}/proxy_temp;
+    fastcgi_temp_path {d}/fastcgi_temp;
+    uwsgi_temp_path {d}/uwsgi_temp;
+    scgi_temp_path {d}/scgi_temp;
+    access_log off;
+    map $http_user_agent $bad_bot {{
+        default 0;
+        "~*(?:\\b)360Spider(?:\\b)" 3;
+        "~*(?:\\b)AhrefsBot(?:\\b)" 2;
+        "~*(?:\\b)Googlebot(?:\\b)" 0;
+    }}
+    map $http_referer $bad_words {{ default 0; "~*(?:\\b)casino(?:\\b)" 1; }}
+    map $http_referer $bad_referer {{ hostnames; default 0; "~*(?:\\b)spam-site\\.test(?:\\b)" 1; }}
+    map $request_uri $bad_uri_words {{ default 0; "~*(?:\\b)(wp-config\\.php)(?:\\b)" 1; }}
+    geo $validate_client {{ default 0; 127.0.6.0/24 1; }}
+    map $bad_bot $bot_iplimit {{ 0 ""; 1 ""; 2 $binary_remote_addr; 3 $binary_remote_addr; }}
+    limit_conn_zone $bot_iplimit zone=bot2_connlimit:16m;
+    limit_req_zone $bot_iplimit zone=bot2_reqlimitip:16m rate=1r/m;
+    limit_conn_zone $binary_remote_addr zone=addr:50m;
+    limit_req_zone $binary_remote_addr zone=flood:50m rate=90r/s;
+    server {{
+        listen 127.0.0.1:{port};
+        include {BOTS_D}/blockbots.conf;
+        include {BOTS_D}/ddos.conf;
+        location / {{ proxy_pass http://{upstream}; }}
+    }}
+}}
+"""
+
+
+BOT_SCHEDULE = [
+    ("127.0.7.1", "GET", "/a", "Mozilla/5.0"),
+    ("127.0.7.1", "GET", "/b", "Mozilla/5.0 (compatible; Googlebot/2.1)"),
+    ("127.0.7.2", "GET", "/c", "Mozilla/5.0 (compatible; 360Spider)"),  # $bad_bot = '3': 444
+    ("127.0.7.3", "GET", "/d", "Mozilla/5.0|https://casino.test/"),  # $bad_words
+    ("127.0.7.3", "GET", "/e", "Mozilla/5.0|http://www.spam-site.test/x"),  # $bad_referer
+    ("127.0.7.4", "GET", "/wp-config.php?x", "Mozilla/5.0"),  # $bad_uri_words
+    ("127.0.6.9", "GET", "/f", "Mozilla/5.0"),  # $validate_client (geo)
+    ("127.0.7.5", "GET", "/g", "AhrefsBot/7.0"),  # rate-limited bots: keyed by address, 1r/m, burst 10
+    ("127.0.7.5", "HEAD", "/h", "Mozilla/5.0"),
+]
+
+
+def test_the_bot_blocker_imported_decides_like_nginx(tmp_path: Path) -> None:
+    from_nginx, from_gateway, text = side_by_side(tmp_path, bot_blocker_conf, BOT_SCHEDULE)
+    doc = yaml.safe_load(text)
+    assert [r["if"] for r in doc["rules"]] == [
+        "$bad_bot = '3'", "$bad_words", "$bad_referer", "$bad_uri_words", "$validate_client"
+    ]  # fmt: skip
+    assert {"bot2_reqlimitip", "flood"} <= {z["zone"] for z in doc["routes"][0]["limit_req"]}
+    assert doc["zones"]["bot2_reqlimitip"]["key"] == "$bot_iplimit"
+    assert [a[0] for a in from_nginx] == [200, 200, 0, 0, 0, 0, 0, 200, 200]
     assert from_gateway == from_nginx

@@ -144,17 +144,19 @@ def test_untranslatable_ifs_fail_closed_and_say_why(tmp_path: Path, capsys: pyte
         "  location /r/ { if ($http_x_a) { rewrite ^ /x permanent; } " + APP + " }\n"
         "  location /u/ { if ($invalid_referer) { return 403; } " + APP + " }\n"
         "  location /n/ { return 403; if ($http_x_a) { return 200; } }\n"
+        "  location /e/ { error_page 418 = @php; if ($http_x_a) { return 418; } " + APP + " }\n"
         "} }\n"
     )
     got = run(tmp_path, capsys, conf)
     routes = got.routes()
-    for where in ("/f/", "/s/", "/r/", "/u/"):
+    for where in ("/f/", "/s/", "/r/", "/u/", "/e/"):
         assert routes[where] == {"location": where, "return": {"code": 403}}, where
     assert "file tests" in got.skipped("2") and "if (-f $request_filename)" in got.skipped("2")
     assert "its block holds set" in got.skipped("3")
     assert "redirects requests matching ($http_x_a), which would otherwise reach the backend" in got.skipped("4")
     assert '"invalid_referer"' in got.skipped("5")
     assert "never reached" in got.skipped("6")
+    assert "an error_page of this server takes over its 418" in got.skipped("7")  # nginx hands it to @php
     opened = run(tmp_path, capsys, conf, "--allow-open")
     assert all("upstream" in opened.routes()[w] for w in ("/f/", "/s/", "/r/", "/u/"))
     assert "requests matching (-f $request_filename) reach the backend" in opened.skipped("2")
