@@ -92,7 +92,8 @@ def request_context(headers: dict[str, str], method: str, path: str = "/") -> Re
 
 def guard_call(case: str) -> Callable[[], object]:
     rules = "".join(f"      - {{if: '{condition}', return: 403}}\n" for condition in GUARDS[case])
-    text = HEAD + (BAD_BOT if "$bad_bot" in rules else "") + f"routes:\n  - location: /\n    upstream: app\n    rules:\n{rules}"
+    variables = BAD_BOT if "$bad_bot" in rules else ""
+    text = HEAD + variables + f"routes:\n  - location: /\n    upstream: app\n    rules:\n{rules}"
     plan = load_config_text(text, "bench.yaml").routes[0].rules
     ctx = request_context({"User-Agent": "Mozilla/5.0 Firefox/120.0"}, "GET", "/index.html")
     assert first_answer(plan, ctx) is None

@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.differential.test_imported import PROCESS_ONLY, imported_yaml
 from tests.support.gateway import Gateway
+from tests.support.importing import PROCESS_ONLY, imported_yaml
 from tests.support.nginx import NginxProcess, find_nginx
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream

@@ -4,25 +4,12 @@ file, line and key, and the compiled plan's order (server rules, then route rule
 from __future__ import annotations
 
 import pytest
-from aiohttp.test_utils import make_mocked_request
-from multidict import CIMultiDict
 
 from gateway.errors import ConfigErrors
 from gateway.http.context import RequestContext
-from gateway.http.realip import parse_addr
 from gateway.http.rules import compile_condition, first_answer, parse_condition
 from gateway.plan import load_config_text
-
-
-def context(
-    method: str = "GET", target: str = "/", headers: dict[str, str] | None = None, client: str = "192.0.2.7"
-) -> RequestContext:
-    request = make_mocked_request(method, target, headers=CIMultiDict(headers or {}))
-    peer = parse_addr(client)
-    assert peer is not None
-    ctx = RequestContext(request, 0.0, peer, "http", 80)
-    ctx.uri = ctx.path_only
-    return ctx
+from tests.support.importing import request_context as context
 
 
 def holds(condition: str, ctx: RequestContext) -> bool:

@@ -9,8 +9,8 @@ import pytest
 
 from gateway.http.rules import first_answer
 from gateway.plan import load_config_text
-from tests.unit.http.test_rules import context
-from tests.unit.nginxconf.test_import_runs import APP, Imported, run
+from tests.support.importing import APP, Imported, run
+from tests.support.importing import request_context as context
 
 
 def plan(got: Imported):  # type: ignore[no-untyped-def]
@@ -202,3 +202,24 @@ def test_geo_ranges_and_an_explicit_source(tmp_path: Path, capsys: pytest.Captur
     assert key(context(headers={"X-Real": "10.0.0.9"})) == b"near"
     assert key(context(headers={"X-Real": "10.1.9.9"})) == b"mid"
     assert key(context(headers={"X-Real": "nonsense"})) == b"far"
+
+
+def test_each_server_keeps_its_rules_and_an_if_before_a_server_return_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run(
+        tmp_path,
+        capsys,
+        "http {\n"
+        "  server { listen 8080; server_name a.test;\n"
+        "    if ($http_x_forwarded_proto = 'https') { return 400; }\n"
+        "    return 301 https://$host$request_uri;\n"
+        "    if ($http_x_never) { return 403; } }\n"
+        "  server { listen 8080; server_name b.test; if ($request_method = TRACE) { return 405; }\n"
+        f"    location / {{ {APP} }} }} }}\n",
+    )
+    a, b = got.doc["servers"]
+    assert a["rules"] == [{"if": "$http_x_forwarded_proto = 'https'", "return": 400}]
+    assert a["routes"] == [{"location": "/", "return": {"code": 301, "url": "https://$host$request_uri"}}]
+    assert "never reached" in got.skipped("5")
+    assert b["rules"] == [{"if": "$request_method = TRACE", "return": 405}] and b["routes"][0]["upstream"]

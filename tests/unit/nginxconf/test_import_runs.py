@@ -7,52 +7,12 @@ one line, the last of stderr.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from gateway.cli.commands import main
 from tests.support.certs import TestCA
-
-APP = "proxy_pass http://127.0.0.1:9000;"
-
-
-@dataclass
-class Imported:
-    code: int
-    doc: Any
-    stderr: str
-    text: str
-
-    def routes(self) -> dict[str, Any]:
-        return {r["location"]: r for r in self.doc["routes"]}
-
-    def skipped(self, where: str) -> str:
-        """The skip lines of ``nginx.conf:<where>`` (a line number)."""
-        lines = [line for line in self.stderr.splitlines() if f"nginx.conf:{where}: " in line and "skipped:" in line]
-        assert lines, (where, self.stderr)
-        return "\n".join(lines)
-
-
-def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], conf: str, *flags: str) -> Imported:
-    path = tmp_path / "nginx.conf"
-    path.write_text(conf)
-    out = tmp_path / "out.yaml"
-    out.unlink(missing_ok=True)
-    capsys.readouterr()
-    code = main(["import-nginx", str(path), "-o", str(out), *flags])
-    stderr = capsys.readouterr().err
-    assert "Traceback" not in stderr
-    if code == 1:
-        assert not out.exists()
-        return Imported(code, None, stderr, "")
-    assert main(["check", "-c", str(out)]) == 0, stderr + out.read_text()
-    assert capsys.readouterr().out.strip() == "ok"
-    text = out.read_text()
-    return Imported(code, yaml.safe_load(text), stderr, text)
+from tests.support.importing import APP, Imported, run
 
 
 def reason(imported: Imported) -> str:
