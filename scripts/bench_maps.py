@@ -68,12 +68,19 @@ CASES: dict[str, tuple[str, dict[str, str], str]] = {  # name: (key, headers, me
 GUARDS: dict[str, list[str]] = {  # name: the route's rules; the request (GET /index.html) passes them
     "guard, 1 rule: $request_method !~ ^(GET|HEAD|POST)$": ["$request_method !~ ^(GET|HEAD|POST)$"],
     "guard, 1 rule: $request_method = OPTIONS": ["$request_method = OPTIONS"],
+    "guard, 1 rule on a map: $bad_bot (the bot blocker)": ["$bad_bot"],
     "guards, 3 rules: method, /.git, scanner user agents": [
         "$request_method !~ ^(GET|HEAD|POST)$",
         '$request_uri ~ "/\\.git"',
         '$http_user_agent ~* "(sqlmap|nikto|masscan)"',
     ],
 }
+
+
+# the bot blocker's idiom: a map of the user agent, tested by a rule (if ($bad_bot) { return 403; })
+BAD_BOT = """maps:
+  bad_bot: {source: $http_user_agent, default: "0", values: {"~*(sqlmap|nikto|masscan)": "1"}}
+"""
 
 
 def request_context(headers: dict[str, str], method: str, path: str = "/") -> RequestContext:
@@ -85,7 +92,8 @@ def request_context(headers: dict[str, str], method: str, path: str = "/") -> Re
 
 def guard_call(case: str) -> Callable[[], object]:
     rules = "".join(f"      - {{if: '{condition}', return: 403}}\n" for condition in GUARDS[case])
-    text = HEAD + f"routes:\n  - location: /\n    upstream: app\n    rules:\n{rules}"
+    variables = BAD_BOT if "$bad_bot" in rules else ""
+    text = HEAD + variables + f"routes:\n  - location: /\n    upstream: app\n    rules:\n{rules}"
     plan = load_config_text(text, "bench.yaml").routes[0].rules
     ctx = request_context({"User-Agent": "Mozilla/5.0 Firefox/120.0"}, "GET", "/index.html")
     assert first_answer(plan, ctx) is None

@@ -269,7 +269,7 @@ def parse_rules(r: Reader, value: Any, path: KeyPath) -> tuple[RuleSpec, ...]:
         data = r.mapping(item, at, ("if", "return"), required=("if", "return"))
         if data is None or "if" not in data or "return" not in data:
             continue
-        condition = r.field(data, "if", at, parse_condition, None)
+        condition = r.field(data, "if", at, lambda v: parse_condition(v, r.defined), None)
         ret = parse_return(r, data["return"], at + ("return",))
         if condition is not None and ret is not None:
             out.append(RuleSpec(condition=condition, ret=ret))

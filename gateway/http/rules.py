@@ -12,7 +12,9 @@ Operators are separated by spaces, as in nginx. The right side may be quoted (``
 ``"x"``, quotes taken off as nginx's tokenizer does), and the whole condition may be written
 in nginx's parentheses. File tests (``-f``, ``-d``, ``-e``, ``-x``) are refused: the gateway
 serves no files. Variables go through the same machinery as header values (``templates``), so
-every variable a value may use, a condition may test. Regexes compile when the config loads.
+every variable a value may use, a condition may test: the configuration's maps and geo too
+(``$bad_bot`` from ``map $http_user_agent $bad_bot {...}``), looked up once per request. Regexes
+compile when the config loads.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gateway.http.keys import NO_DEFINED, Defined, UserVariables
 from gateway.http.templates import ValueTemplate, compile_value, parse_value
 
 if TYPE_CHECKING:
@@ -63,8 +66,9 @@ def compile_regex(source: str, *, icase: bool) -> re.Pattern[str]:
         raise ValueError(f"invalid regular expression {source!r}: {exc}") from None
 
 
-def parse_condition(value: object) -> Condition:
-    """Parse ``$var``, ``$var OP text`` or ``($var OP text)``; ValueError says what is wrong."""
+def parse_condition(value: object, defined: Defined = NO_DEFINED) -> Condition:
+    """Parse ``$var``, ``$var OP text`` or ``($var OP text)``; ValueError says what is wrong.
+    ``defined``: the configuration's maps and geo, variables too."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a condition such as '$request_method = POST', got {value!r}")
     text = value.strip()
@@ -79,7 +83,7 @@ def parse_condition(value: object) -> Condition:
             f"a condition starts with a variable, such as '$request_method = POST', got {value!r}"
             " (put spaces around the operator)"
         )
-    variable = parse_value(left)
+    variable = parse_value(left, defined=defined)
     if not rest:
         return Condition(value, variable, "")
     op, *after = rest.split(None, 1)
@@ -90,15 +94,15 @@ def parse_condition(value: object) -> Condition:
         raise ValueError(f'nothing after "{op}" in {value!r} (to compare with the empty text, write "")')
     right = _unquote(right)
     if op in ("=", "!="):
-        return Condition(value, variable, op, value=parse_value(right))
+        return Condition(value, variable, op, value=parse_value(right, defined=defined))
     if not right:
         raise ValueError(f"an empty regular expression in {value!r}")
     return Condition(value, variable, op, pattern=compile_regex(right, icase=op.endswith("*")))
 
 
-def compile_condition(condition: Condition) -> TestFn:
-    """The condition's test of a request."""
-    get = compile_value(condition.variable, body=True)
+def compile_condition(condition: Condition, variables: UserVariables | None = None) -> TestFn:
+    """The condition's test of a request (``variables``: the maps and geo, by name)."""
+    get = compile_value(condition.variable, body=True, variables=variables)
     op = condition.op
     if op == "":
         return lambda ctx: get(ctx) not in ("", "0")
@@ -113,7 +117,7 @@ def compile_condition(condition: Condition) -> TestFn:
         if op == "=":
             return lambda ctx: get(ctx) == wanted
         return lambda ctx: get(ctx) != wanted
-    other = compile_value(condition.value, body=True)
+    other = compile_value(condition.value, body=True, variables=variables)
     if op == "=":
         return lambda ctx: get(ctx) == other(ctx)
     return lambda ctx: get(ctx) != other(ctx)

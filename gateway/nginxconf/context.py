@@ -20,6 +20,7 @@ from gateway.nginxconf.result import Result
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.upstreams import Upstreams
 from gateway.nginxconf.values import INHERITED, check_setting, same_as_nginx, unsupported
+from gateway.nginxconf.variables import Variables
 
 HTTP_ONLY = ("limit_req_zone", "limit_conn_zone", "upstream", "log_format")
 
@@ -34,6 +35,9 @@ class Context:
         self.upstreams = Upstreams(self.result)
         self.logs = Logs(self.result)
         self.access = Access(self.result)
+        self.variables = Variables(self.result)
+        self.error_pages: set[str] = set()  # the codes an error_page takes over, in the server being read
+        self.http_error_pages: set[str] = set()  # those of the http level
 
     def skip(self, d: Directive, reason: str) -> None:
         self.result.skip(d, reason)

@@ -1,9 +1,19 @@
-"""Guards the gateway cannot express: ``if (...) { return 403; }``, ``limit_except``, ``allow``/``deny`` lists.
+"""Guards: ``if (...) { return ...; }`` as rules, and those the gateway cannot express
+(other ``if`` blocks, ``limit_except``, ``allow``/``deny`` lists).
 
-Leaving one out would let the requests it refuses reach the backend, so each is listed with
-what it does in nginx and returned as a *refusal*: the route (or every route of the server)
-then answers 403 to every request, unless the import runs with ``--allow-open``, where the
-route proxies and the listing says which requests now reach the backend.
+An ``if`` whose block is one ``return`` (of a code no ``error_page`` of the server takes
+over: ``return 418`` with ``error_page 418 = @php`` hands the request on), on a condition the
+gateway's rules test (``=``, ``!=``, ``~``, ``~*``, ``!~``, ``!~*`` or a variable alone, on
+variables it knows, the map and geo translated included) becomes a rule (``rule``): the
+server's run before a location is chosen, a location's before its limits, in the order
+written, as nginx's rewrite phase runs them.
+
+Any other guard (a file test, ``set``, ``rewrite`` or another directive in the block, a
+variable the gateway does not know): leaving one out would let the requests it refuses reach
+the backend, so each is listed with what it does in nginx and why it is not translated, and
+returned as a *refusal*: the route (or every route of the server) then answers 403 to every
+request, unless the import runs with ``--allow-open``, where the route proxies and the
+listing says which requests now reach the backend.
 
 ``auth_basic`` and ``auth_request`` are guards too: the gateway checks no credentials.
 
@@ -13,10 +23,13 @@ variables or adds headers is no guard: it is listed as not translated, without r
 
 from __future__ import annotations
 
+from gateway.http.rules import parse_condition
+from gateway.http.templates import parse_value
 from gateway.nginxconf.context import Context
 from gateway.nginxconf.parser import Directive
+from gateway.nginxconf.result import Doc
 from gateway.nginxconf.scope import Scope
-from gateway.nginxconf.values import AUTH
+from gateway.nginxconf.values import AUTH, return_value
 
 
 def condition(d: Directive) -> str:
@@ -24,15 +37,16 @@ def condition(d: Directive) -> str:
     return d.text().removesuffix(" { ... }")
 
 
-def _refusal(ctx: Context, d: Directive, requests: str, nginx_does: str) -> list[str]:
-    """Lists ``d``; a refusal reason unless ``--allow-open``."""
+def _refusal(ctx: Context, d: Directive, requests: str, nginx_does: str, why: str = "") -> list[str]:
+    """Lists ``d``; a refusal reason unless ``--allow-open``. ``why``: why it is not translated."""
+    because = f" ({why})" if why else ""
     if ctx.allow_open:
-        ctx.skip(d, f"not translated (--allow-open): {requests} reach the backend; nginx {nginx_does} them")
+        ctx.skip(d, f"not translated{because} (--allow-open): {requests} reach the backend; nginx {nginx_does} them")
         return []
     ctx.skip(
         d,
-        f"not translated: the route refuses every request (403) instead; nginx {nginx_does} {requests} "
-        "(--allow-open: proxy them all)",
+        f"not translated{because}: the route refuses every request (403) instead; nginx {nginx_does} {requests}, "
+        "which would otherwise reach the backend (--allow-open: proxy them all)",
     )
     return [f"{d.text()} at {d.where} was not translated (nginx {nginx_does} {requests})"]
 
@@ -53,7 +67,7 @@ def _answer(block: list[Directive]) -> str | None:
     return None
 
 
-def if_block(ctx: Context, d: Directive) -> list[str]:
+def if_block(ctx: Context, d: Directive, why: str = "") -> list[str]:
     assert d.block is not None
     answer = _answer(d.block)
     requests = f"requests matching {condition(d)[3:]}"
@@ -61,7 +75,61 @@ def if_block(ctx: Context, d: Directive) -> list[str]:
         inner = ", ".join(sorted({x.name for x in d.block})) or "nothing"
         ctx.skip(d, f'"if" is not translated: {requests} do not get what it holds ({inner})')
         return []
-    return _refusal(ctx, d, requests, answer)
+    return _refusal(ctx, d, requests, answer, why)
+
+
+def _condition_text(args: list[str], quoted: frozenset[int]) -> str:
+    """nginx's ``if`` arguments (parentheses as nginx strips them) as a rule's condition."""
+    words = list(args)
+    if words and words[0].startswith("("):
+        words[0] = words[0][1:]
+        if not words[0]:
+            words.pop(0)
+            quoted = frozenset(i - 1 for i in quoted)
+    if words and words[-1].endswith(")") and (len(words) - 1) not in quoted:
+        words[-1] = words[-1][:-1]
+        if not words[-1]:
+            words.pop()
+    if len(words) == 3:
+        value = words[2]
+        if not value or (len(words) - 1) in quoted or any(c.isspace() for c in value) or value[0] in "'\"":
+            value = f"'{value}'" if "'" not in value else f'"{value}"'
+        words[2] = value
+    return " ".join(words)
+
+
+def rule(ctx: Context, d: Directive) -> tuple[Doc | None, str]:
+    """``if (COND) { return ...; }`` as a rule ``{if: COND, return: ...}``; else None and why not."""
+    assert d.block is not None
+    inner = d.block
+    if len(inner) != 1 or inner[0].name != "return":
+        names = ", ".join(sorted({x.name for x in inner if x.name != "return"})) or "nothing"
+        return None, f"its block holds {names}, not a return alone"
+    text = _condition_text(d.args, d.quoted)
+    try:
+        parse_condition(text, ctx.result.defined)
+    except ValueError as exc:
+        return None, str(exc)
+    value = return_value(inner[0])
+    if value is None:
+        return None, "its return is not a code 200..599 (and text) or a URL"
+    if str(value["code"]) in ctx.error_pages:
+        return None, f"an error_page of this server takes over its {value['code']} (the gateway follows none)"
+    for key in ("url", "text"):
+        try:
+            parse_value(value.get(key, ""), body=key == "text", defined=ctx.result.defined)
+        except ValueError as exc:
+            return None, f"its return: {exc}"
+    return {"if": text, "return": value if len(value) > 1 else value["code"]}, ""
+
+
+def guard(ctx: Context, d: Directive, rules: list[Doc]) -> list[str]:
+    """An ``if`` of a server or location: a rule appended to ``rules``, or listed (and a refusal)."""
+    translated, why = rule(ctx, d)
+    if translated is not None:
+        rules.append(translated)
+        return []
+    return if_block(ctx, d, why)
 
 
 def limit_except(ctx: Context, d: Directive) -> list[str]:

@@ -17,7 +17,7 @@ def usable_value(result: Result, d: Directive, values: list[str], body: bool = F
     """A value the gateway can render (its variables known to it); else the directive is skipped."""
     for value in values:
         try:
-            parse_value(value, body=body)
+            parse_value(value, body=body, defined=result.defined)
         except ValueError as exc:
             result.skip(d, f"{d.name}: {exc}")
             return False
@@ -32,8 +32,6 @@ def return_target(result: Result, ret: Directive, server: Server | None = None) 
     if value is None:
         result.skip(ret, "return: expected a code 200..599 (and text) or a URL")
         return None
-    if value["code"] == 444:
-        result.note("return 444: the gateway answers a 444 response; nginx closes the connection without one")
     first = server.names[0] if server is not None and server.names else ""
     if first and not first.startswith(("~", "*", ".")) and not first.endswith("*"):
         for key in ("url", "text"):

@@ -32,7 +32,7 @@ class Limits:
         params = key_values(d.args[1:])
         zone = params.get("zone", "")
         name, _, zone_size = zone.partition(":")
-        problem = zone_problem(d, name, zone_size) or rate_problem(params.get("rate"))
+        problem = zone_problem(d, name, zone_size, self.result.defined) or rate_problem(params.get("rate"))
         unknown = set(params) - {"zone", "rate"}
         if not problem and unknown:
             problem = f"parameters {', '.join(sorted(unknown))} are not supported (sync is NGINX Plus)"
@@ -46,7 +46,7 @@ class Limits:
     def limit_conn_zone(self, d: Directive) -> None:
         params = key_values(d.args[1:])
         name, _, zone_size = params.get("zone", "").partition(":")
-        problem = zone_problem(d, name, zone_size)
+        problem = zone_problem(d, name, zone_size, self.result.defined)
         if problem:
             self.bad.add(name)
             self.result.skip(d, problem)

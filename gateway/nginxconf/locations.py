@@ -50,6 +50,7 @@ class Body:
     try_files: Directive | None = None
     refusals: list[str] = field(default_factory=list)
     internal: Directive | None = None
+    rules: list[Doc] = field(default_factory=list)  # its if-return guards, in order (before the limits)
 
 
 def location(ctx: Context, d: Directive, scope: Scope, site: Site, parent: tuple[str, str] | None) -> None:
@@ -101,8 +102,10 @@ def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:
             body.try_files = x
         elif x.name == "internal" and not x.args:
             body.internal = x
+        elif x.name == "if" and x.block is not None and body.ret is not None:
+            ctx.skip(x, f"never reached: the return at {body.ret.where} answers first")
         elif x.name == "if" and x.block is not None:
-            body.refusals += guards.if_block(ctx, x)
+            body.refusals += guards.guard(ctx, x, body.rules)
         elif x.name == "limit_except" and x.block is not None:
             body.refusals += guards.limit_except(ctx, x)
         elif not ctx.directive(x, level="location"):
@@ -112,12 +115,15 @@ def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:
 
 def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, body: Body, site: Site) -> Route | None:
     route = Route(data={"location": text})
+    if body.rules:
+        route.data["rules"] = body.rules
     deny_all, refusals = _guards(ctx, scope, body)
     refusals[:0] = site.refusals
     if deny_all:
         route.data["return"] = {"code": 403}
         return route
     if body.internal is not None:  # only nginx's own redirects reach it; a client gets 404
+        route.data.pop("rules", None)
         route.data["return"] = {"code": 404}
         route.comments.append(f"internal ({body.internal.where}): nginx answers 404 to clients here")
         return route
@@ -148,6 +154,12 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
                     route.data["return"] = {"code": 403}
                     return route
                 refusals += named_refusals
+                if named_body.rules:
+                    route.data["rules"] = body.rules + named_body.rules
+                    ctx.result.note(
+                        f"{target.where}: the named location's if-return rules run before the limits of "
+                        "the location whose try_files reaches it (nginx: after them)"
+                    )
                 body, scope = named_body, named_scope
     if body.proxy is None:
         blocks = [d.block or [], *(t.block or [] for t in [_peek_named(body.try_files, site)] if t is not None)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.http.keys import NO_DEFINED, Defined
 from gateway.nginxconf.parser import Directive
 
 Doc = dict[str, Any]
@@ -41,6 +42,7 @@ class Server:
     default: bool = False
     routes: list[Route] = field(default_factory=list)
     tls: Doc = field(default_factory=dict)  # the server's own ssl_* keys
+    rules: list[Doc] = field(default_factory=list)  # its if-return guards, before a location is chosen
 
 
 @dataclass(slots=True)
@@ -55,6 +57,7 @@ class Result:
     non_http: bool = False  # a location was skipped for serving by FastCGI, uwsgi...
     fatal: str = ""  # why there is no configuration to write (the import exits 1)
     listed: set[tuple[str, str]] = field(default_factory=set)  # (where, text) already skipped
+    defined: Defined = NO_DEFINED  # the variables the map and geo blocks translated define
 
     def skip(self, d: Directive, reason: str) -> None:
         key = (d.where, d.text())

@@ -28,6 +28,7 @@ def server(
     """One server block; ``single``: the only one (its global directives apply to all); ``shared_rules``:
     every server has the same allow/deny list, which may then be the global one."""
     result = ctx.result
+    ctx.error_pages = ctx.http_error_pages | error_page_codes(block)
     srv = Server(where=d.where)
     site = Site(server=srv, scope=scope)
     rules = [x for x in block if x.name in ("allow", "deny")]
@@ -37,7 +38,9 @@ def server(
         site.refusals += ctx.http_refusals
     ret = next((x for x in block if x.name == "return"), None)
     try_files: Directive | None = None
+    answered = False  # the server's return came before: nginx's rewrite phase stops there
     for x in block:
+        answered = answered or x is ret
         if x.name in ("allow", "deny") or ctx.setting(x, scope):
             continue
         if x.name == "location":
@@ -55,10 +58,9 @@ def server(
         elif x.name == "try_files":
             try_files = x
         elif x.name == "if" and x.block is not None and ret is not None:
-            ctx.skip(x, f"not translated: requests matching {guards.condition(x)[3:]} get the server's return "
-                     f"({ret.where}) instead of what this if answers")  # fmt: skip
+            _before_return(ctx, x, ret, answered, srv)
         elif x.name == "if" and x.block is not None:
-            site.refusals += guards.if_block(ctx, x)
+            site.refusals += guards.guard(ctx, x, srv.rules)
         elif x.name == "http2" and x.args == ["on"]:
             result.note(HTTP2_NOTE)
         elif not ctx.directive(x, level="server", single=single, server=d.where):
@@ -78,6 +80,30 @@ def server(
             _server_try_files(ctx, try_files, site)
         named_left(ctx, site)
     result.servers.append(srv)
+
+
+def error_page_codes(block: list[Directive]) -> set[str]:
+    """The codes every ``error_page`` of ``block`` and its nested blocks lists (its target aside)."""
+    codes: set[str] = set()
+    for x in block:
+        if x.name == "error_page":
+            codes.update(a for a in x.args[:-1] if a.isdigit())
+        elif x.block is not None and x.name != "server":
+            codes |= error_page_codes(x.block)
+    return codes
+
+
+def _before_return(ctx: Context, x: Directive, ret: Directive, answered: bool, srv: Server) -> None:
+    """An ``if`` of a server that ends in a ``return``: a rule when written before it and translated."""
+    if answered:
+        ctx.skip(x, f"never reached: the server's return at {ret.where} answers first")
+        return
+    translated, why = guards.rule(ctx, x)
+    if translated is not None:
+        srv.rules.append(translated)
+        return
+    ctx.skip(x, f"not translated ({why}): requests matching {guards.condition(x)[3:]} get the server's return "
+             f"({ret.where}) instead of what this if answers")  # fmt: skip
 
 
 def _server_return(ctx: Context, ret: Directive, block: list[Directive], site: Site) -> None:

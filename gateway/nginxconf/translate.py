@@ -1,7 +1,8 @@
 """nginx directives (a parsed tree) to a gateway configuration: the main and http levels.
 
 The coordinator: it walks the main and http contexts and hands each directive to its
-family, ``servers`` (server blocks, which hand on to ``locations``), ``tls``, ``edge``,
+family, ``variables`` (map and geo, read first), ``servers`` (server blocks, which hand on to
+``locations``), ``tls``, ``edge``,
 or, for those valid at several levels, ``Context.directive`` (zones in ``limits``,
 ``upstreams``, ``logs``, ``access``). What is not translated is skipped with a reason.
 """
@@ -16,7 +17,7 @@ from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.servers import HTTP2_NOTE, server
 from gateway.nginxconf.tls import SSL_DIRECTIVES, ssl
 
-HTTP_LIKE = ("server", "upstream", "limit_req_zone", "limit_conn_zone", "location")
+HTTP_LIKE = ("server", "upstream", "limit_req_zone", "limit_conn_zone", "location", "map", "geo")
 
 
 def translate(directives: list[Directive], allow_open: bool = False) -> Result:
@@ -31,6 +32,8 @@ def translate(directives: list[Directive], allow_open: bool = False) -> Result:
         _main(ctx, directives)
     result = ctx.finish()
     runs.finish(result, directives)
+    written = [result.doc, [s.rules for s in result.servers], [r.data for s in result.servers for r in s.routes]]
+    ctx.variables.finish(result.doc, written)
     return result
 
 
@@ -53,6 +56,8 @@ def _main(ctx: Context, directives: list[Directive]) -> None:
 
 
 def _http(ctx: Context, block: list[Directive], scope: Scope) -> None:
+    ctx.variables.read(block)  # first: every later key and value may use their variables
+    ctx.http_error_pages = {a for d in block if d.name == "error_page" for a in d.args[:-1] if a.isdigit()}
     servers = [d for d in block if d.name == "server" and d.block is not None]
     rules = [d for d in block if d.name in ("allow", "deny")]
     if rules and not ctx.access.rules(rules, global_ok=True):
@@ -63,7 +68,7 @@ def _http(ctx: Context, block: list[Directive], scope: Scope) -> None:
             "in nginx a server with allow/deny of its own replaces them"
         )
     for d in block:
-        if d.name in ("server", "location", "allow", "deny") or ctx.setting(d, scope):
+        if d.name in ("server", "location", "allow", "deny", "map", "geo") or ctx.setting(d, scope):
             continue
         if d.name in SSL_DIRECTIVES:
             ssl(ctx.result, d, ctx.result.doc)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config.units import parse_duration_ms, parse_rate, parse_size
-from gateway.http.keys import parse_key
+from gateway.http.keys import NO_DEFINED, Defined, parse_key
 from gateway.nginxconf.parser import Directive
 
 Doc = dict[str, Any]
@@ -104,7 +104,9 @@ def same_as_nginx(d: Directive) -> bool:
 
 
 def unsupported(d: Directive) -> str:
-    if d.name in ("map", "geo", "split_clients", "if", "limit_except", "types"):
+    if d.name in ("map", "geo") and d.block is not None:
+        return f'nginx: "{d.name}" is allowed at http level only'
+    if d.name in ("split_clients", "if", "limit_except", "types"):
         return f'"{d.name}" blocks are not supported'
     if d.name.startswith("ssl_"):
         return "no gateway equivalent (TLS: ssl_certificate, ssl_certificate_key, ssl_protocols, ssl_ciphers)"
@@ -141,13 +143,13 @@ def size_ok(text: str) -> bool:
     return True
 
 
-def zone_problem(d: Directive, name: str, zone_size: str) -> str:
+def zone_problem(d: Directive, name: str, zone_size: str, defined: Defined = NO_DEFINED) -> str:
     if not d.args or not name or not zone_size:
         return "expected KEY zone=NAME:SIZE"
     if not size_ok(zone_size) or parse_size(zone_size) < 32 * 1024:
         return f'zone "{name}" is too small or its size is invalid (at least 32k)'
     try:
-        parse_key(d.args[0])
+        parse_key(d.args[0], defined)
     except ValueError as exc:
         return f"key {d.args[0]}: {exc} (the gateway knows fewer variables than nginx)"
     return ""

@@ -149,12 +149,12 @@ def _return(spec: ReturnSpec | None, variables: Variables | None) -> ReturnPlan 
     )
 
 
-def _rules(specs: tuple[RuleSpec, ...]) -> tuple[RulePlan, ...]:
+def _rules(specs: tuple[RuleSpec, ...], variables: Variables | None) -> tuple[RulePlan, ...]:
     out = []
     for spec in specs:
-        ret = _return(spec.ret, None)  # rules take the built-in variables only (maps and geo: not yet)
+        ret = _return(spec.ret, variables)
         assert ret is not None
-        out.append(RulePlan(str(spec.condition), compile_condition(spec.condition), ret))
+        out.append(RulePlan(str(spec.condition), compile_condition(spec.condition, variables), ret))
     return tuple(out)
 
 
@@ -233,7 +233,7 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
     for server in spec.servers:
         plans = tuple(_route_plan(route, spec, key_fns, variables) for route in server.routes)
         table = LocationTable([(plan.location, plan) for plan in plans])
-        servers.append(ServerPlan(name=server.name, routes=plans, table=table, rules=_rules(server.rules)))
+        servers.append(ServerPlan(name=server.name, routes=plans, table=table, rules=_rules(server.rules, variables)))
     vhosts = ServerTable([(s.names, s.listen, s.default, plan) for s, plan in zip(spec.servers, servers, strict=True)])
     return CompiledConfig(
         spec=spec,
@@ -305,7 +305,7 @@ def _route_plan(
             for a in (s.add_header if s.add_header is not None else (d.add_header or ()))
         ),
         ret=_return(route.ret, variables),
-        rules=_rules(route.rules),
+        rules=_rules(route.rules, variables),
         answers=bool(route.rules) or route.ret is not None,
         label=str(route.location),
     )
@@ -385,10 +385,14 @@ def variable_uses(spec: ConfigSpec) -> Counter[str]:
         templates += [value for _, value in s.proxy_set_header or ()]
         templates += [a.value for a in s.add_header or ()]
         templates += [u.cost_var for u in s.limits or () if u.cost_var is not None]
-    for server in spec.servers:
-        for route in server.routes:
-            if route.ret is not None:
-                templates += [t for t in (route.ret.url, route.ret.text) if t is not None]
+    rules = [rule for server in spec.servers for rule in server.rules]
+    rules += [rule for server in spec.servers for route in server.routes for rule in route.rules]
+    returns = [rule.ret for rule in rules]
+    returns += [route.ret for server in spec.servers for route in server.routes if route.ret is not None]
+    for ret in returns:
+        templates += [t for t in (ret.url, ret.text) if t is not None]
+    for rule in rules:
+        templates += [t for t in (rule.condition.variable, rule.condition.value) if t is not None]
     for m in spec.maps.values():
         templates += [m.source, m.default, *(entry.value for entry in m.entries)]
     for g in spec.geo.values():

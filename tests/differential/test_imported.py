@@ -24,15 +24,10 @@ from gateway.nginxconf.translate import translate
 from tests.support.differential import harness
 from tests.support.differential.scenarios import ALL
 from tests.support.gateway import Gateway
+from tests.support.importing import PROCESS_ONLY, imported_yaml
 from tests.support.nginx import find_nginx
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
-
-# Directives of the generated nginx.conf that are about running nginx itself, not about limits.
-PROCESS_ONLY = {
-    "daemon", "master_process", "pid", "client_body_temp_path", "proxy_temp_path", "fastcgi_temp_path",
-    "uwsgi_temp_path", "scgi_temp_path", "log_format",
-}  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -40,16 +35,6 @@ class Imported:
     run: harness.Run
     yaml_text: str
     skipped: list[str]
-
-
-def imported_yaml(nginx_conf: Path, port: int) -> tuple[str, list[str]]:
-    result = translate(parse_config(str(nginx_conf)))
-    doc = yaml.safe_load(render(result, nginx_conf.name))
-    doc["listen"] = f"127.0.0.1:{port}"
-    doc["admin"] = {"listen": "off"}
-    doc["shutdown_timeout"] = "2s"
-    doc["log"] = {"format": "json", "level": doc.get("log", {}).get("level", "info")}
-    return yaml.safe_dump(doc, sort_keys=False), [s.text.split()[0] for s in result.skipped]
 
 
 @pytest.fixture(scope="module")

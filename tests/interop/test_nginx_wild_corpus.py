@@ -19,8 +19,9 @@ from gateway.cli.commands import main
 
 WILD = Path(__file__).resolve().parents[1] / "nginx_corpus" / "wild"
 FILES = sorted(p for p in WILD.rglob("*") if p.is_file() and p.name not in ("SOURCE.md", "README.md"))
-# at least this many files must import into a configuration that checks (26 when this was written)
-MIN_RUNNING = 26
+# at least this many files must import into a configuration that checks (26 when this was written;
+# 27 once map, geo and if-return were translated)
+MIN_RUNNING = 27
 
 
 def _import(conf: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -86,3 +87,20 @@ def test_known_translations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     # the h5bp no-ssl template: the server-level `return 301 $scheme://example.com$request_uri;` is a route
     h5bp = _doc("h5bp-server-configs-nginx/conf.d/templates/no-ssl.example.com.conf", tmp_path, capsys)
     assert "return" in str(h5bp)
+    # mediacms: a server-level `if ($request_uri ~ '...\\.\\.') { return 403; }` is a rule, not a refusing route,
+    # and its `map $http_x_forwarded_proto $forwarded_proto` (used in a proxy_set_header) is written
+    media = _doc("mediacms/deploy/docker/nginx_http_only.conf", tmp_path, capsys)
+    assert [r["return"] for r in media["rules"]] == [403] and "forwarded_proto" in media["maps"]  # type: ignore[index]
+    assert "if ($request_uri" not in (tmp_path / "gateway.yaml").read_text()  # not listed: translated
+    # cal-itp: the POST-only zone keyed by `map $request_method $limit` keeps its limit
+    cal = _doc("cal-itp-benefits/appcontainer/nginx.conf", tmp_path, capsys)
+    assert "limit" in cal["maps"] and cal["zones"]  # type: ignore[operator]
+    # wordpress (pothi): `if ($arg_author != '') { return 403; }` (an include of every site) is a server rule
+    pothi = _doc("wordpress-nginx-pothi/sites-available/nginx-varnish-apache.conf", tmp_path, capsys)
+    assert pothi["rules"] == [{"if": "$arg_author != ''", "return": 403}]
+    # ...but where `error_page 418 = @phpfpm` takes over the 418 its ifs return, nginx hands the request on:
+    # not translated, they fail closed, and with nothing left to proxy the import says so
+    code, stderr = _import(
+        WILD / "wordpress-nginx-pothi/sites-available/nginx-varnish-nginx.conf", tmp_path / "v", capsys
+    )
+    assert code == 1 and "an error_page of this server takes over its 418" in stderr

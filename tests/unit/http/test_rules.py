@@ -4,23 +4,12 @@ file, line and key, and the compiled plan's order (server rules, then route rule
 from __future__ import annotations
 
 import pytest
-from aiohttp.test_utils import make_mocked_request
-from multidict import CIMultiDict
 
 from gateway.errors import ConfigErrors
 from gateway.http.context import RequestContext
-from gateway.http.realip import parse_addr
 from gateway.http.rules import compile_condition, first_answer, parse_condition
 from gateway.plan import load_config_text
-
-
-def context(method: str = "GET", target: str = "/", headers: dict[str, str] | None = None) -> RequestContext:
-    request = make_mocked_request(method, target, headers=CIMultiDict(headers or {}))
-    peer = parse_addr("192.0.2.7")
-    assert peer is not None
-    ctx = RequestContext(request, 0.0, peer, "http", 80)
-    ctx.uri = ctx.path_only
-    return ctx
+from tests.support.importing import request_context as context
 
 
 def holds(condition: str, ctx: RequestContext) -> bool:
@@ -166,3 +155,45 @@ def test_plan_keeps_server_and_route_rules_in_order_and_routes_without_rules_pay
     assert ret.url(ctx) == "https://new.example/admin/x?token=t"
     assert first_answer(gone.rules, context("GET", "/gone?x=1")).code == 200  # type: ignore[union-attr]
     assert first_answer(gone.rules, context("GET", "/gone")) is None and gone.ret is not None
+
+
+def test_map_and_geo_variables_in_rules_and_their_returns():
+    # the bot-blocker idiom: map $http_user_agent $bad_bot {...}; if ($bad_bot) { return 403; }
+    text = BASE + (
+        "maps:\n"
+        "  bad_bot:\n"
+        "    source: $http_user_agent\n"
+        '    default: "0"\n'
+        '    values: {"~*(sqlmap|nikto)": "1", "~*(?<name>masscan)": "$name"}\n'
+        "  why: {source: $bad_bot, default: other, values: {'1': scanner}}\n"
+        "geo:\n"
+        '  inside: {default: "0", values: {192.0.2.0/24: "1"}}\n'
+        "rules:\n"
+        "  - {if: $bad_bot, return: {code: 403, text: 'no $why'}}\n"
+        "routes:\n"
+        "  - location: /\n"
+        "    upstream: app\n"
+        "    rules: [{if: '$inside = 1', return: {code: 302, url: 'https://in.example$request_uri'}}]\n"
+    )
+    config = load_config_text(text)
+    server = config.servers[0]
+    ctx = context("GET", "/", {"User-Agent": "sqlmap/1.5"})
+    ret = first_answer(server.rules, ctx)
+    assert ret is not None and ret.code == 403 and ret.text is not None and ret.text(ctx) == "no scanner"
+    ctx = context("GET", "/", {"User-Agent": "MASSCAN/1"})
+    ret = first_answer(server.rules, ctx)
+    assert ret is not None and ret.text is not None and ret.text(ctx) == "no other"
+    assert first_answer(server.rules, context("GET", "/", {"User-Agent": "Mozilla/5.0"})) is None
+    ctx = context("GET", "/a?b=1")  # the context's client is 192.0.2.7
+    ret = first_answer(server.routes[0].rules, ctx)
+    assert ret is not None and ret.url is not None and ret.url(ctx) == "https://in.example/a?b=1"
+
+
+def test_a_map_that_can_hold_raw_address_bytes_is_refused_in_a_condition():
+    text = BASE + (
+        "maps: {k: {source: $request_method, values: {POST: $binary_remote_addr}}}\n"
+        "rules: [{if: $k, return: 403}]\n"
+        "routes: [{location: /, upstream: app}]\n"
+    )
+    with pytest.raises(ConfigErrors, match="raw bytes"):
+        load_config_text(text)

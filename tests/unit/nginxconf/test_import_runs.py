@@ -7,52 +7,12 @@ one line, the last of stderr.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from gateway.cli.commands import main
 from tests.support.certs import TestCA
-
-APP = "proxy_pass http://127.0.0.1:9000;"
-
-
-@dataclass
-class Imported:
-    code: int
-    doc: Any
-    stderr: str
-    text: str
-
-    def routes(self) -> dict[str, Any]:
-        return {r["location"]: r for r in self.doc["routes"]}
-
-    def skipped(self, where: str) -> str:
-        """The skip lines of ``nginx.conf:<where>`` (a line number)."""
-        lines = [line for line in self.stderr.splitlines() if f"nginx.conf:{where}: " in line and "skipped:" in line]
-        assert lines, (where, self.stderr)
-        return "\n".join(lines)
-
-
-def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], conf: str, *flags: str) -> Imported:
-    path = tmp_path / "nginx.conf"
-    path.write_text(conf)
-    out = tmp_path / "out.yaml"
-    out.unlink(missing_ok=True)
-    capsys.readouterr()
-    code = main(["import-nginx", str(path), "-o", str(out), *flags])
-    stderr = capsys.readouterr().err
-    assert "Traceback" not in stderr
-    if code == 1:
-        assert not out.exists()
-        return Imported(code, None, stderr, "")
-    assert main(["check", "-c", str(out)]) == 0, stderr + out.read_text()
-    assert capsys.readouterr().out.strip() == "ok"
-    text = out.read_text()
-    return Imported(code, yaml.safe_load(text), stderr, text)
+from tests.support.importing import APP, Imported, run
 
 
 def reason(imported: Imported) -> str:
@@ -237,7 +197,7 @@ def test_try_files_to_a_named_location_routes_to_its_upstream_with_its_limits_an
 GUARDED = (
     "http { server { listen 8080;\n"
     "  location / {\n"
-    "    if ($request_method !~ ^(GET|HEAD|POST)$) { return 405; }\n"
+    "    if ($request_method !~ ^(GET|HEAD|POST)$) { set $bad 1; return 405; }\n"
     f"    {APP} }}\n"
     "  location /api/ {\n"
     "    if ($request_method = 'OPTIONS') { add_header Access-Control-Allow-Origin *; return 204; }\n"
@@ -257,6 +217,7 @@ def test_untranslated_guards_fail_closed(tmp_path: Path, capsys: pytest.CaptureF
     guard = got.skipped("3")
     assert "if ($request_method !~ ^(GET|HEAD|POST)$)" in guard and "refuses every request (403)" in guard
     assert "answers 405 to requests matching ($request_method !~ ^(GET|HEAD|POST)$)" in guard
+    assert "its block holds set, not a return alone" in guard and "would otherwise reach the backend" in guard
     assert 'if ($request_method = "OPTIONS")' in got.skipped("6")  # the condition keeps its quotes
     assert "# refuses every request (403): if ($request_method" in got.text
     assert (
@@ -282,11 +243,12 @@ def test_a_server_level_guard_refuses_every_route_of_its_server(
     got = run(
         tmp_path,
         capsys,
-        'http { server { listen 8080; if ($request_uri ~ "/\\.git") { return 403; }\n'
+        'http { server { listen 8080; if ($invalid_referer ~ "/\\.git") { return 403; }\n'
         f"  location / {{ {APP} }} location /b/ {{ {APP} }} }} }}\n",
     )
     assert all(r["return"] == {"code": 403} for r in got.doc["routes"])
-    assert 'if ($request_uri ~ "/\\\\.git")' in got.skipped("1")
+    guard = got.skipped("1")
+    assert 'if ($invalid_referer ~ "/\\\\.git")' in guard and '"invalid_referer"' in guard
 
 
 def test_each_directive_is_listed_once_and_no_ops_go_to_one_note(
