@@ -167,10 +167,6 @@ async def run(port: int, schedule: list[tuple[str, str, str, str]] = SCHEDULE) -
     return answers
 
 
-<<<<<<< HEAD
-@pytest.mark.timing
-def test_map_and_geo_keys_decide_like_nginx(tmp_path: Path) -> None:
-=======
 def side_by_side(
     tmp_path: Path,
     conf: Callable[[Path, int, str], str],
@@ -179,7 +175,6 @@ def side_by_side(
 ) -> tuple[list[tuple[int, str, str, str]], list[tuple[int, str, str, str]], str]:
     """nginx on ``conf`` and the gateway on ``by_hand`` (or, when None, on what import-nginx makes of
     ``conf``), the same schedule to each: their answers, and the gateway's configuration."""
->>>>>>> importmaps
     binary = find_nginx()
     if binary is None:
         pytest.skip("nginx binary not found (differential tests need it)")
@@ -209,6 +204,7 @@ def side_by_side(
     return from_nginx, from_gateway, gateway_text
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("imported", [False, True], ids=["by-hand", "imported"])
 def test_map_and_geo_keys_decide_like_nginx(tmp_path: Path, imported: bool) -> None:
     from_nginx, from_gateway, text = side_by_side(tmp_path, nginx_conf, SCHEDULE, None if imported else gateway_yaml)
@@ -284,6 +280,7 @@ GUARDS_SCHEDULE = [
 ]
 
 
+@pytest.mark.timing
 def test_imported_if_return_guards_decide_like_nginx(tmp_path: Path) -> None:
     from_nginx, from_gateway, text = side_by_side(tmp_path, guards_conf, GUARDS_SCHEDULE)
     doc = yaml.safe_load(text)
@@ -354,6 +351,7 @@ BOT_SCHEDULE = [
 ]
 
 
+@pytest.mark.timing
 def test_the_bot_blocker_imported_decides_like_nginx(tmp_path: Path) -> None:
     from_nginx, from_gateway, text = side_by_side(tmp_path, bot_blocker_conf, BOT_SCHEDULE)
     doc = yaml.safe_load(text)

@@ -194,8 +194,12 @@ async def test_a_node_started_against_100k_bans_enforces_them_within_5s_and_keep
         f"control node: p50 {statistics.median(beside) * 1000:.1f} ms, p99 {control_p99 * 1000:.1f} ms"
     )
     assert len(during) >= 50
-    # Under 20 ms; on a machine too busy for that, within 10 ms of the control node's p99.
-    assert p99 < 0.020 or p99 < control_p99 + 0.010, (p99, control_p99)
+    # Under 20 ms. On a machine too busy for that, the control node is the clock: its p99 is what
+    # this machine's noise does to a node with nothing to load, so the loading node may be at most
+    # twice that, plus 10 ms. A list built on the serving loop would stall it for the whole load
+    # (seconds for 100k bans); no single answer may take half of the time to enforcement.
+    assert p99 < 0.020 or p99 < 2 * control_p99 + 0.010, (p99, control_p99)
+    assert max(during) < elapsed / 2, (max(during), elapsed)
     assert "could not bring the ban list up to date" not in node.stderr()
     await drop_ban_keys(redis_session.url, prefix)
 

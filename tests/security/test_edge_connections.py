@@ -287,7 +287,10 @@ def test_fifteen_thousand_idle_and_slowloris_sockets_do_not_take_the_gateway_dow
         print(f"\n{len(latencies)} probe requests under attack: p99 {p99 * 1000:.1f} ms, gateway fds {fd_count(pid)}")
         assert p99 < 0.100
         assert fd_count(pid) <= baseline + 10_240 + 50  # never more than worker_connections
-        deadline = opened + header_timeout + 3
+        # client_header_timeout runs from accept. Past the budget, the kernel holds the rest of the
+        # flood in the listen queue; they are accepted as the first wave is reclaimed (a busy machine
+        # reclaims later) and each gets its own timeout: the last is closed within two timeouts.
+        deadline = opened + 2 * header_timeout + 3
         while (fd_count(pid) > baseline + 2 or established_to(gw.port)) and time.monotonic() < deadline:
             time.sleep(0.2)
         print(f"fds back to {fd_count(pid)} (baseline {baseline}), {established_to(gw.port)} established")

@@ -49,7 +49,9 @@ class Gateway:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 15.0) -> Gateway:
+    def start(self, timeout: float = 60.0) -> Gateway:
+        # A bound against a hang, not a measurement: a gateway that fails exits and is seen at once;
+        # one that is slow to start (2,000 locations and two workers on a busy machine) gets the time.
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         if self.env:
