@@ -62,7 +62,6 @@ import json
 import math
 import re
 import ssl
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,9 +71,9 @@ import yaml
 
 from tests.support.certs import TestCA
 from tests.support.differential import harness
-from tests.support.differential.model import canonical
 from tests.support.differential.model import analyse as model_analyse
-from tests.support.differential.scenario import LimitReq, Location, ReqZone, Request, Scenario
+from tests.support.differential.model import canonical
+from tests.support.differential.scenario import LimitReq, Location, Request, ReqZone, Scenario
 from tests.support.gateway import Gateway, cli
 from tests.support.nginx import NginxProcess, find_nginx
 from tests.support.paths import ROOT
@@ -367,7 +366,12 @@ def limited_statuses(case: Case, answers: list[list[Answer]], jitter: int) -> tu
             t = round((min(a.sent for a in answers[k]) - t0) * 1000)
             spread = max(spread, max(a.done for a in answers[k]) - min(a.sent for a in answers[k]))
             requests += [Request(t, step.location)] * step.count
-        scn = Scenario(f"{zone}-{client}", (ReqZone("z", "$binary_remote_addr", limit.rate),), tuple(locations.values()), tuple(requests))
+        scn = Scenario(
+            f"{zone}-{client}",
+            (ReqZone("z", "$binary_remote_addr", limit.rate),),
+            tuple(locations.values()),
+            tuple(requests),
+        )
         j = jitter + math.ceil(spread * 1000)
         analysis = model_analyse(scn, j, randoms=200)
         notes.append(f"{zone} from {client}: J={j} ms, nominal {[o.status for o in analysis.nominal]}")
@@ -479,12 +483,15 @@ def test_real_config_decides_like_nginx(case: Case, tmp_path: Path) -> None:
                     rows.append("    (boundary-sensitive)")
                     if n.status != g.status:
                         continue
-            if g.status >= 400 and step.limit is not None:
-                if RETRY_AFTER in n.headers or not g.headers.pop(RETRY_AFTER, "").isdigit():
-                    errors.append(f"{where}: Retry-After: only the gateway's rejections carry it (docs/limits.md)")
+            rejected = g.status >= 400 and step.limit is not None
+            if rejected and (RETRY_AFTER in n.headers or not g.headers.pop(RETRY_AFTER, "").isdigit()):
+                errors.append(f"{where}: Retry-After: only the gateway's rejections carry it (docs/limits.md)")
             if step.header_differ is not None and n.status < 400:
                 name, skipped = step.header_differ
-                if n.headers.pop(name, None) == g.headers.pop(name, None) or f"{skipped}; -- " not in sides.import_listing:
+                if (
+                    n.headers.pop(name, None) == g.headers.pop(name, None)
+                    or f"{skipped}; -- " not in sides.import_listing
+                ):
                     errors.append(f"{where}: {name} should differ because the import skips {skipped}")
             if n.view() != g.view():
                 errors.append(f"{where}: nginx {n.view()} != gateway {g.view()}")
