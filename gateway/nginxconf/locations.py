@@ -39,6 +39,9 @@ class Site:
     used: set[str] = field(default_factory=set)  # the named locations a try_files reached
     seen: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, path) -> where, for duplicates
     refusals: list[str] = field(default_factory=list)  # the server level's untranslated guards
+    # where a regex nested in a prefix location goes: before the server's own regexes, which nginx
+    # tries only after the nested ones of the longest matching prefix (None: no server regex yet)
+    nested_regex_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -66,10 +69,11 @@ def location(ctx: Context, d: Directive, scope: Scope, site: Site, parent: tuple
     if parent is not None and parent[0] == "prefix" and ident[0] != "regex" and not path.startswith(parent[1]):
         ctx.skip(d, f'nginx: location "{path}" is outside location "{parent[1]}"')
         return
-    if parent is not None and ident[0] == "regex" and parent[0] == "prefix":
+    nested_regex = parent is not None and ident[0] == "regex" and parent[0] == "prefix"
+    if nested_regex and parent is not None:
         ctx.result.note(
             f"{d.where}: nested regex location {modifier} {path}: nginx tries it only for URIs under "
-            f"{parent[1]}; the flattened route is tried for every URI"
+            f"{parent[1]}; the flattened route is tried for every URI, before the server's own regexes"
         )
     body = read_body(ctx, d.block, scope)
     text = f"{modifier} {path}" if modifier else path
@@ -79,10 +83,22 @@ def location(ctx: Context, d: Directive, scope: Scope, site: Site, parent: tuple
         site.seen[ident] = d.where
         route = _route(ctx, d, text, ident[0] == "regex", scope, body, site)
         if route is not None:
-            site.server.routes.append(route)
+            _add(site, route, nested_regex, top_regex=ident[0] == "regex" and parent is None)
     for x in d.block:
         if x.name == "location" and x.block is not None:
             location(ctx, x, scope.child(), site, ident)
+
+
+def _add(site: Site, route: Route, nested_regex: bool, top_regex: bool) -> None:
+    """Append ``route``; a nested regex goes before the server-level regexes (nginx's order under its prefix)."""
+    routes = site.server.routes
+    if nested_regex and site.nested_regex_at is not None:
+        routes.insert(site.nested_regex_at, route)
+        site.nested_regex_at += 1
+        return
+    if top_regex and site.nested_regex_at is None:
+        site.nested_regex_at = len(routes)
+    routes.append(route)
 
 
 def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:

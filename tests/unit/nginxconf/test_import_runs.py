@@ -409,3 +409,24 @@ def test_a_return_that_cannot_be_translated_refuses_unless_allow_open(
     assert got.routes()["~ ^/old/(.*)$"] == {"location": "~ ^/old/(.*)$", "return": {"code": 503}}
     opened = run(tmp_path, capsys, conf, "--allow-open")
     assert "~ ^/old/(.*)$" not in opened.routes() and "other routes serve these URIs" in opened.skipped("2")
+
+
+def test_a_nested_regex_comes_before_the_servers_regexes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Elive's WordPress site (tests/nginx_corpus/wild/elive-for-servers): nginx tries the regexes nested in
+    # the longest prefix (/phpmyadmin) before the server's, so /phpmyadmin/x.php is refused by the nested
+    # location, not proxied by `~ \.php$`; appended after it, the refusal was never reached (fail open)
+    got = run(
+        tmp_path,
+        capsys,
+        "http { server { listen 8080;\n"
+        f"  location ~ \\.php$ {{ {APP} }}\n"
+        "  location /phpmyadmin { proxy_pass http://127.0.0.1:9001;\n"
+        "    location ~ ^/phpmyadmin/(.+\\.php)$ { deny all; }\n"
+        f"    location ~ ^/phpmyadmin/(.+\\.css)$ {{ {APP} }} }}\n"
+        f"  location ~ \\.txt$ {{ {APP} }} }} }}\n",
+    )
+    assert [r["location"] for r in got.doc["routes"]] == [
+        "~ ^/phpmyadmin/(.+\\.php)$", "~ ^/phpmyadmin/(.+\\.css)$", "~ \\.php$", "/phpmyadmin", "~ \\.txt$",
+    ]  # fmt: skip
+    assert got.routes()["~ ^/phpmyadmin/(.+\\.php)$"]["return"] == {"code": 403}
+    assert "before the server's own regexes" in got.stderr
