@@ -2,11 +2,19 @@
 
 Times: ``$msec`` gives milliseconds. Without it only whole seconds are known
 (``$time_local``, ``$time_iso8601``): the requests of one second are spread evenly
-across it, and ``Timing.spread`` says so. nginx and the gateway log a request when
-it ends; when ``$request_time`` is there the request is placed at its start
-(end - request_time). Requests are then put back in start order within a bounded
-window (the longest ``$request_time`` seen + 1 s, at most ``REORDER_MS``); one that
-starts even earlier is counted in ``Timing.late``.
+across it, in log order, once every line of that second has been read, and
+``Timing.spread`` says so. nginx and the gateway log a request when it ends (``$msec``
+and ``$time_local`` are the time of the log line); when ``$request_time`` is there the
+request is placed at its start (end - request_time).
+
+Lines come out of order in real logs (merged from several nodes; a slow request is
+logged after faster later ones). They are put back in start order in a heap keyed by
+time: a line is released once the log's clock (the latest logged time read) is a
+reorder window past it (``DEFAULT_WINDOW_MS``, ``--reorder-window``), so memory is
+bounded by the lines of one window (two with whole seconds and ``$request_time``:
+the seconds are spread first, then ordered by start), not by the log. A line that
+would have to be replayed before one already replayed is late: it is replayed at the
+window's edge, and counted in ``Timing.late`` with how late it was.
 """
 
 from __future__ import annotations
@@ -25,26 +33,34 @@ from typing import IO
 
 from gateway.logs.formats import PRESETS, VARIABLE
 
-REORDER_MS = 60_000
+DEFAULT_WINDOW_MS = 120_000  # merged logs of several nodes are out of order by tens of seconds
+NEVER = -(2**62)
 MAX_LINE = 64 * 1024  # longer lines are skipped (counted as unparsed), never held whole
 LineParser = Callable[[str], dict[str, str] | None]
 
 
 @dataclass(slots=True)
 class Timing:
+    window_ms: int = DEFAULT_WINDOW_MS  # the reorder window
     precise: bool = False  # $msec was in the format
     spread: bool = False  # whole seconds only: spread evenly
     starts: bool = False  # $request_time moved requests to their start
-    late: int = 0  # started before an already replayed request, beyond the reorder window
+    reordered: int = 0  # lines logged after a later one (put back in order when within the window)
+    most_out_of_order_ms: int = 0  # the furthest a line was logged after a later one
+    late: int = 0  # beyond the window: replayed at the window's edge, after requests that started later
+    late_long: int = 0  # of those, how many have a $request_time longer than the window
+    latest_ms: int = 0  # the most a late request was moved
+    held_peak: int = 0  # the most lines held at once for reordering
     unparsed: int = 0
     first_unparsed: str = ""
 
 
 @dataclass(slots=True)
 class LogRequest:
-    t_ms: int  # start (estimated), on the log's clock
+    t_ms: int  # start (estimated), on the log's clock; for a late request, the window's edge
     end_ms: int  # as logged
     fields: dict[str, str]
+    late_ms: int = 0  # how much later than its start it was replayed (beyond the window)
 
 
 def open_log(path: str) -> IO[str]:
@@ -154,12 +170,17 @@ def _request_ms(fields: dict[str, str]) -> int:
         return 0
 
 
-def read_requests(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[LogRequest]:
-    """Parsed, timed requests in start order (streamed; memory bounded by one second and the window)."""
-    return _reorder(_spread(_timed(lines, parse, timing), timing), timing)
+def read_requests(
+    lines: Iterable[str], parse: LineParser, timing: Timing, durations: bool = True
+) -> Iterator[LogRequest]:
+    """Parsed, timed requests in start order (streamed; memory bounded by the reorder window).
+
+    ``durations``: the format may have ``$request_time``; False lets whole-second logs skip the
+    second (start-order) window."""
+    return _ordered(_timed(lines, parse, timing), timing, durations)
 
 
-def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[tuple[int, bool, dict[str, str]]]:
+def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[tuple[int, bool, int, dict[str, str]]]:
     for line in lines:
         line = line.rstrip("\n")
         if not line:
@@ -176,57 +197,86 @@ def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[
             if not timing.first_unparsed:
                 timing.first_unparsed = line[:200]
             continue
-        yield end[0], end[1], fields
+        yield end[0], end[1], _request_ms(fields), fields
 
 
-def _spread(items: Iterator[tuple[int, bool, dict[str, str]]], timing: Timing) -> Iterator[tuple[int, dict[str, str]]]:
-    second = -1
-    group: list[dict[str, str]] = []
-    for end, precise, fields in items:
-        if precise:
-            timing.precise = True
-            yield end, fields
-            continue
-        timing.spread = True
-        if end != second and group:
-            yield from _even(second, group)
-            group = []
-        second = end
-        group.append(fields)
-    if group:
-        yield from _even(second, group)
+def _ordered(
+    items: Iterator[tuple[int, bool, int, dict[str, str]]], timing: Timing, durations: bool
+) -> Iterator[LogRequest]:
+    window = timing.window_ms
+    hold = window if durations else 0  # whole seconds: how long spread lines wait for earlier starts
+    starts: list[tuple[int, int, int, dict[str, str]]] = []  # (start, end, line number, fields): ties keep log order
+    seconds: list[tuple[int, int, int, dict[str, str]]] = []  # whole seconds: (second, line number, took, fields)
+    newest = NEVER  # the latest logged time read: the log's clock
+    spread_to = NEVER  # whole seconds: the last second spread
+    edge = NEVER  # the start of the last request replayed: nothing can be replayed before it
 
+    def place(start: int, seq: int, end: int, took: int, fields: dict[str, str]) -> LogRequest | None:
+        """Held in start order, or (too late for that) returned to be replayed now."""
+        if start >= edge:
+            heapq.heappush(starts, (start, end, seq, fields))
+            return None
+        late = edge - start
+        timing.late += 1
+        timing.late_long += took > window
+        timing.latest_ms = max(timing.latest_ms, late)
+        return LogRequest(edge, end, fields, late)
 
-def _even(second_ms: int, group: list[dict[str, str]]) -> Iterator[tuple[int, dict[str, str]]]:
-    n = len(group)
-    for i, fields in enumerate(group):
-        yield second_ms + i * 1000 // n, fields
-
-
-def _reorder(items: Iterator[tuple[int, dict[str, str]]], timing: Timing) -> Iterator[LogRequest]:
-    heap: list[tuple[int, int, LogRequest]] = []  # (start, line number, request): ties keep log order
-    newest = 0
-    window = 1000  # grows with the longest $request_time seen, up to REORDER_MS
-    last = -(2**62)
-    for seq, (end, fields) in enumerate(items):
-        took = _request_ms(fields)
+    for seq, (end, precise, took, fields) in enumerate(items):
         if took:
             timing.starts = True
-            window = min(REORDER_MS, max(window, took + 1000))
-        newest = max(newest, end)
-        heapq.heappush(heap, (end - took, seq, LogRequest(end - took, end, fields)))
-        while heap and heap[0][0] <= newest - window:
-            out = heapq.heappop(heap)[2]
-            last = _clamp(out, last, timing)
-            yield out
-    while heap:
-        out = heapq.heappop(heap)[2]
-        last = _clamp(out, last, timing)
-        yield out
+        if end >= newest:
+            newest = end
+        else:
+            timing.reordered += 1
+            if newest - end > timing.most_out_of_order_ms:
+                timing.most_out_of_order_ms = newest - end
+        if precise:
+            timing.precise = True
+            late = place(end - took, seq, end, took, fields)
+        elif end > spread_to:
+            timing.spread = True
+            heapq.heappush(seconds, (end, seq, took, fields))
+            late = None
+        else:  # its second was spread already: placed at the second's start
+            late = place(end - took, seq, end, took, fields)
+        if late is not None:
+            yield late
+        held = len(starts) + len(seconds)
+        if held > timing.held_peak:
+            timing.held_peak = held
+        limit = newest - window
+        if seconds and seconds[0][0] <= limit:
+            while seconds and seconds[0][0] <= limit:
+                spread_to = seconds[0][0]
+                yield from _spread_second(seconds, place)
+        if timing.spread:
+            limit = spread_to - hold
+        while starts and starts[0][0] <= limit:
+            start, end, _, fields = heapq.heappop(starts)
+            edge = start
+            yield LogRequest(start, end, fields)
+    while seconds:
+        spread_to = seconds[0][0]
+        yield from _spread_second(seconds, place)
+    while starts:
+        start, end, _, fields = heapq.heappop(starts)
+        edge = start
+        yield LogRequest(start, end, fields)
 
 
-def _clamp(req: LogRequest, last: int, timing: Timing) -> int:
-    if req.t_ms < last:
-        timing.late += 1
-        req.t_ms = last
-    return req.t_ms
+def _spread_second(
+    seconds: list[tuple[int, int, int, dict[str, str]]],
+    place: Callable[[int, int, int, int, dict[str, str]], LogRequest | None],
+) -> Iterator[LogRequest]:
+    """The lines of the earliest second held, spread evenly across it in log order, then placed by start."""
+    second = seconds[0][0]
+    group = []
+    while seconds and seconds[0][0] == second:
+        group.append(heapq.heappop(seconds))
+    n = len(group)
+    for i, (_, seq, took, fields) in enumerate(group):
+        end = second + i * 1000 // n
+        late = place(end - took, seq, end, took, fields)
+        if late is not None:
+            yield late

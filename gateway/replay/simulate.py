@@ -56,6 +56,7 @@ class Outcome:
     zones: list[ZoneOutcome] = field(default_factory=list)
     logged: dict[str, str] = field(default_factory=dict)
     pending: bool = False  # waiting for its delay to end before limit_conn
+    late_ms: int = 0  # replayed this much after its start (out of order beyond the reorder window)
 
 
 class Simulator:
@@ -98,7 +99,7 @@ class Simulator:
     def one(self, req: LogRequest) -> Outcome:
         self.now = req.t_ms
         ctx = context_of(req.fields)
-        out = Outcome(t_ms=req.t_ms, route="", logged=req.fields)
+        out = Outcome(t_ms=req.t_ms, route="", logged=req.fields, late_ms=req.late_ms)
         try:
             ctx.uri = normalize_uri(ctx.path_only)
         except BadURI:
