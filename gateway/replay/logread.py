@@ -200,27 +200,84 @@ def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[
         yield end[0], end[1], _request_ms(fields), fields
 
 
+Held = tuple[int, int, int, dict[str, str]]  # by start: (start, end, line number, fields); by second: (took, ...)
+
+
+class _BySecond:
+    """Lines held by the second they fall in: a list per second, in log order, and a heap of the
+    seconds held, so a line costs an append, not a heap operation."""
+
+    __slots__ = ("lists", "released", "seconds", "size")
+
+    def __init__(self) -> None:
+        self.lists: dict[int, list[Held]] = {}
+        self.seconds: list[int] = []
+        self.released = NEVER  # the last second handed out: a line for it or earlier comes too late
+        self.size = 0
+
+    def add(self, second: int, item: Held) -> bool:
+        if second <= self.released:
+            return False
+        held = self.lists.get(second)
+        if held is None:
+            held = self.lists[second] = []
+            heapq.heappush(self.seconds, second)
+        held.append(item)
+        self.size += 1
+        return True
+
+    def due(self, upto: int) -> bool:
+        return bool(self.seconds) and self.seconds[0] <= upto
+
+    def take(self) -> tuple[int, list[Held]]:
+        """The earliest second held and its lines."""
+        second = self.released = heapq.heappop(self.seconds)
+        held = self.lists.pop(second)
+        self.size -= len(held)
+        return second, held
+
+
 def _ordered(
     items: Iterator[tuple[int, bool, int, dict[str, str]]], timing: Timing, durations: bool
 ) -> Iterator[LogRequest]:
     window = timing.window_ms
     hold = window if durations else 0  # whole seconds: how long spread lines wait for earlier starts
-    starts: list[tuple[int, int, int, dict[str, str]]] = []  # (start, end, line number, fields): ties keep log order
-    seconds: list[tuple[int, int, int, dict[str, str]]] = []  # whole seconds: (second, line number, took, fields)
+    by_start = _BySecond()  # (start, end, line number, fields) by the second they start in
+    by_end = _BySecond()  # whole seconds: (took, end, line number, fields) by their logged second
     newest = NEVER  # the latest logged time read: the log's clock
-    spread_to = NEVER  # whole seconds: the last second spread
     edge = NEVER  # the start of the last request replayed: nothing can be replayed before it
 
-    def place(start: int, seq: int, end: int, took: int, fields: dict[str, str]) -> LogRequest | None:
-        """Held in start order, or (too late for that) returned to be replayed now."""
+    def now(start: int, end: int, took: int, fields: dict[str, str]) -> LogRequest:
+        """Replayed at once: at its start if nothing later was replayed yet, else late, at the edge."""
+        nonlocal edge
         if start >= edge:
-            heapq.heappush(starts, (start, end, seq, fields))
-            return None
+            edge = start
+            return LogRequest(start, end, fields)
         late = edge - start
         timing.late += 1
         timing.late_long += took > window
         timing.latest_ms = max(timing.latest_ms, late)
         return LogRequest(edge, end, fields, late)
+
+    def released(upto: int) -> Iterator[LogRequest]:
+        """The requests that started in the seconds up to ``upto``, in start order."""
+        nonlocal edge
+        while by_start.due(upto):
+            _, held = by_start.take()
+            held.sort()  # line numbers are unique: fields are never compared
+            for start, end, _, fields in held:
+                yield LogRequest(start, end, fields)
+            edge = max(edge, held[-1][0])
+
+    def spread(second: int, held: list[Held]) -> Iterator[LogRequest]:
+        """One whole second's lines, spread evenly across it in log order, then held by start."""
+        n = len(held)
+        for i, (took, _, seq, fields) in enumerate(held):
+            end = second * 1000 + i * 1000 // n
+            if not durations:
+                yield now(end, end, 0, fields)
+            elif not by_start.add((end - took) // 1000, (end - took, end, seq, fields)):
+                yield now(end - took, end, took, fields)
 
     for seq, (end, precise, took, fields) in enumerate(items):
         if took:
@@ -233,50 +290,23 @@ def _ordered(
                 timing.most_out_of_order_ms = newest - end
         if precise:
             timing.precise = True
-            late = place(end - took, seq, end, took, fields)
-        elif end > spread_to:
+            if not by_start.add((end - took) // 1000, (end - took, end, seq, fields)):
+                yield now(end - took, end, took, fields)
+            upto = (newest - window) // 1000 - 1  # whole seconds a window behind the log's clock
+        else:
             timing.spread = True
-            heapq.heappush(seconds, (end, seq, took, fields))
-            late = None
-        else:  # its second was spread already: placed at the second's start
-            late = place(end - took, seq, end, took, fields)
-        if late is not None:
-            yield late
-        held = len(starts) + len(seconds)
+            if by_end.add(end // 1000, (took, end, seq, fields)):
+                pass
+            elif not durations or not by_start.add((end - took) // 1000, (end - took, end, seq, fields)):
+                yield now(end - took, end, took, fields)  # its second was spread already
+            upto = (newest - window) // 1000
+            while by_end.due(upto):
+                yield from spread(*by_end.take())
+            upto = (by_end.released * 1000 - hold) // 1000 - 1
+        held = by_start.size + by_end.size
         if held > timing.held_peak:
             timing.held_peak = held
-        limit = newest - window
-        if seconds and seconds[0][0] <= limit:
-            while seconds and seconds[0][0] <= limit:
-                spread_to = seconds[0][0]
-                yield from _spread_second(seconds, place)
-        if timing.spread:
-            limit = spread_to - hold
-        while starts and starts[0][0] <= limit:
-            start, end, _, fields = heapq.heappop(starts)
-            edge = start
-            yield LogRequest(start, end, fields)
-    while seconds:
-        spread_to = seconds[0][0]
-        yield from _spread_second(seconds, place)
-    while starts:
-        start, end, _, fields = heapq.heappop(starts)
-        edge = start
-        yield LogRequest(start, end, fields)
-
-
-def _spread_second(
-    seconds: list[tuple[int, int, int, dict[str, str]]],
-    place: Callable[[int, int, int, int, dict[str, str]], LogRequest | None],
-) -> Iterator[LogRequest]:
-    """The lines of the earliest second held, spread evenly across it in log order, then placed by start."""
-    second = seconds[0][0]
-    group = []
-    while seconds and seconds[0][0] == second:
-        group.append(heapq.heappop(seconds))
-    n = len(group)
-    for i, (_, seq, took, fields) in enumerate(group):
-        end = second + i * 1000 // n
-        late = place(end - took, seq, end, took, fields)
-        if late is not None:
-            yield late
+        yield from released(upto)
+    while by_end.seconds:
+        yield from spread(*by_end.take())
+    yield from released(2**62)
