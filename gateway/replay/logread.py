@@ -25,18 +25,17 @@ import io
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import IO
+from typing import IO, Any
 
 from gateway.logs.formats import PRESETS, VARIABLE
 
 DEFAULT_WINDOW_MS = 120_000  # merged logs of several nodes are out of order by tens of seconds
 NEVER = -(2**62)
 MAX_LINE = 64 * 1024  # longer lines are skipped (counted as unparsed), never held whole
-LineParser = Callable[[str], dict[str, str] | None]
 
 
 @dataclass(slots=True)
@@ -91,12 +90,65 @@ def template_of(fmt: str) -> str:
     return PRESETS.get(fmt, fmt)
 
 
+JSON_VARIABLES = {"time_iso8601", "remote_addr", "request_method", "request_uri", "host", "status", "request_time",
+                  "http_user_agent", "http_x_forwarded_for", "limit_req_status", "limit_conn_status",
+                  "limit_count_status", "msec"}  # fmt: skip
+
+
+class LineParser:
+    """One line of a format to its fields (``parser(line)``). ``match``, ``value`` and ``fields``
+    split that up: the times are read from the match, and a line held for reordering is kept as
+    its text (a quarter of the memory of its fields) and matched again when it is released."""
+
+    __slots__ = ("_at", "_names", "_regex")
+
+    def __init__(self, regex: re.Pattern[str] | None, names: list[str]) -> None:
+        self._regex = regex
+        self._names = names
+        self._at = {name: i + 1 for i, name in enumerate(names)}  # a repeated variable: its last value
+
+    def __call__(self, line: str) -> dict[str, str] | None:
+        m = self.match(line)
+        return None if m is None else self.fields(m)
+
+    def match(self, line: str) -> Any:
+        assert self._regex is not None
+        return self._regex.match(line)
+
+    def value(self, m: Any, name: str) -> str:
+        i = self._at.get(name)
+        value: str = m.group(i) if i is not None else ""
+        return "" if value == "-" else value
+
+    def fields(self, m: Any) -> dict[str, str]:
+        names = self._names
+        values = m.groups()
+        return {names[i]: ("" if values[i] == "-" else values[i]) for i in range(len(names))}
+
+
+class _JsonParser(LineParser):
+    __slots__ = ()
+
+    def match(self, line: str) -> Any:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(record, dict):
+            return None
+        return {str(k): ("" if v in ("-", None) else str(v)) for k, v in record.items()}
+
+    def value(self, m: Any, name: str) -> str:
+        return str(m.get(name, ""))
+
+    def fields(self, m: Any) -> dict[str, str]:
+        return dict(m)
+
+
 def line_parser(fmt: str) -> tuple[LineParser, set[str]]:
     """A parser for one line of ``fmt`` and the variables it yields."""
     if fmt == "json":
-        return _json_line, {"time_iso8601", "remote_addr", "request_method", "request_uri", "host", "status",
-                            "request_time", "http_user_agent", "http_x_forwarded_for", "limit_req_status",
-                            "limit_conn_status", "limit_count_status", "msec"}  # fmt: skip
+        return _JsonParser(None, []), set(JSON_VARIABLES)
     template = template_of(fmt)
     pattern: list[str] = ["^"]
     names: list[str] = []
@@ -115,27 +167,7 @@ def line_parser(fmt: str) -> tuple[LineParser, set[str]]:
         names.append(name)
         pos = m.end()
     pattern.append(re.escape(template[pos:]) + "$")
-    regex = re.compile("".join(pattern))
-    count = len(names)
-
-    def parse(line: str) -> dict[str, str] | None:
-        m = regex.match(line)
-        if m is None:
-            return None
-        values = m.groups()
-        return {names[i]: ("" if values[i] == "-" else values[i]) for i in range(count)}
-
-    return parse, set(names)
-
-
-def _json_line(line: str) -> dict[str, str] | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(record, dict):
-        return None
-    return {str(k): ("" if v in ("-", None) else str(v)) for k, v in record.items()}
+    return LineParser(re.compile("".join(pattern)), names), set(names)
 
 
 @lru_cache(maxsize=4096)
@@ -148,22 +180,22 @@ def _second_of_iso(text: str) -> int:
     return int(datetime.fromisoformat(text).timestamp())
 
 
-def _end_ms(fields: dict[str, str]) -> tuple[int, bool] | None:
+def _end_ms(parse: LineParser, m: Any) -> tuple[int, bool] | None:
     """The logged time in ms, and whether it is precise."""
-    msec = fields.get("msec")
+    msec = parse.value(m, "msec")
     if msec:
         return round(float(msec) * 1000), True
-    local = fields.get("time_local")
+    local = parse.value(m, "time_local")
     if local:
         return _second_of_local(local) * 1000, False
-    iso = fields.get("time_iso8601")
+    iso = parse.value(m, "time_iso8601")
     if iso:
         return _second_of_iso(iso) * 1000, False
     return None
 
 
-def _request_ms(fields: dict[str, str]) -> int:
-    value = fields.get("request_time", "")
+def _request_ms(parse: LineParser, m: Any) -> int:
+    value = parse.value(m, "request_time")
     try:
         return round(float(value) * 1000) if value else 0
     except ValueError:
@@ -177,30 +209,30 @@ def read_requests(
 
     ``durations``: the format may have ``$request_time``; False lets whole-second logs skip the
     second (start-order) window."""
-    return _ordered(_timed(lines, parse, timing), timing, durations)
+    return _ordered(_timed(lines, parse, timing), parse, timing, durations)
 
 
-def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[tuple[int, bool, int, dict[str, str]]]:
+def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[tuple[int, bool, int, str]]:
     for line in lines:
         line = line.rstrip("\n")
         if not line:
             continue
-        fields = parse(line)
+        m = parse.match(line)
         end = None
-        if fields is not None:
+        if m is not None:
             try:
-                end = _end_ms(fields)
+                end = _end_ms(parse, m)
             except ValueError:
                 end = None
-        if fields is None or end is None:
+        if end is None:
             timing.unparsed += 1
             if not timing.first_unparsed:
                 timing.first_unparsed = line[:200]
             continue
-        yield end[0], end[1], _request_ms(fields), fields
+        yield end[0], end[1], _request_ms(parse, m), line
 
 
-Held = tuple[int, int, int, dict[str, str]]  # by start: (start, end, line number, fields); by second: (took, ...)
+Held = tuple[int, int, int, str]  # by start: (start, end, line number, line); by second: (took, ...)
 
 
 class _BySecond:
@@ -238,48 +270,50 @@ class _BySecond:
 
 
 def _ordered(
-    items: Iterator[tuple[int, bool, int, dict[str, str]]], timing: Timing, durations: bool
+    items: Iterator[tuple[int, bool, int, str]], parse: LineParser, timing: Timing, durations: bool
 ) -> Iterator[LogRequest]:
     window = timing.window_ms
     hold = window if durations else 0  # whole seconds: how long spread lines wait for earlier starts
-    by_start = _BySecond()  # (start, end, line number, fields) by the second they start in
-    by_end = _BySecond()  # whole seconds: (took, end, line number, fields) by their logged second
+    by_start = _BySecond()  # (start, end, line number, line) by the second they start in
+    by_end = _BySecond()  # whole seconds: (took, end, line number, line) by their logged second
+    fields = parse.fields
+    match = parse.match
     newest = NEVER  # the latest logged time read: the log's clock
     edge = NEVER  # the start of the last request replayed: nothing can be replayed before it
 
-    def now(start: int, end: int, took: int, fields: dict[str, str]) -> LogRequest:
+    def now(start: int, end: int, took: int, line: str) -> LogRequest:
         """Replayed at once: at its start if nothing later was replayed yet, else late, at the edge."""
         nonlocal edge
         if start >= edge:
             edge = start
-            return LogRequest(start, end, fields)
+            return LogRequest(start, end, fields(match(line)))
         late = edge - start
         timing.late += 1
         timing.late_long += took > window
         timing.latest_ms = max(timing.latest_ms, late)
-        return LogRequest(edge, end, fields, late)
+        return LogRequest(edge, end, fields(match(line)), late)
 
     def released(upto: int) -> Iterator[LogRequest]:
         """The requests that started in the seconds up to ``upto``, in start order."""
         nonlocal edge
         while by_start.due(upto):
             _, held = by_start.take()
-            held.sort()  # line numbers are unique: fields are never compared
-            for start, end, _, fields in held:
-                yield LogRequest(start, end, fields)
+            held.sort()  # line numbers are unique: lines are never compared
+            for start, end, _, line in held:
+                yield LogRequest(start, end, fields(match(line)))
             edge = max(edge, held[-1][0])
 
     def spread(second: int, held: list[Held]) -> Iterator[LogRequest]:
         """One whole second's lines, spread evenly across it in log order, then held by start."""
         n = len(held)
-        for i, (took, _, seq, fields) in enumerate(held):
+        for i, (took, _, seq, line) in enumerate(held):
             end = second * 1000 + i * 1000 // n
             if not durations:
-                yield now(end, end, 0, fields)
-            elif not by_start.add((end - took) // 1000, (end - took, end, seq, fields)):
-                yield now(end - took, end, took, fields)
+                yield now(end, end, 0, line)
+            elif not by_start.add((end - took) // 1000, (end - took, end, seq, line)):
+                yield now(end - took, end, took, line)
 
-    for seq, (end, precise, took, fields) in enumerate(items):
+    for seq, (end, precise, took, line) in enumerate(items):
         if took:
             timing.starts = True
         if end >= newest:
@@ -290,15 +324,15 @@ def _ordered(
                 timing.most_out_of_order_ms = newest - end
         if precise:
             timing.precise = True
-            if not by_start.add((end - took) // 1000, (end - took, end, seq, fields)):
-                yield now(end - took, end, took, fields)
+            if not by_start.add((end - took) // 1000, (end - took, end, seq, line)):
+                yield now(end - took, end, took, line)
             upto = (newest - window) // 1000 - 1  # whole seconds a window behind the log's clock
         else:
             timing.spread = True
-            if by_end.add(end // 1000, (took, end, seq, fields)):
+            if by_end.add(end // 1000, (took, end, seq, line)):
                 pass
-            elif not durations or not by_start.add((end - took) // 1000, (end - took, end, seq, fields)):
-                yield now(end - took, end, took, fields)  # its second was spread already
+            elif not durations or not by_start.add((end - took) // 1000, (end - took, end, seq, line)):
+                yield now(end - took, end, took, line)  # its second was spread already
             upto = (newest - window) // 1000
             while by_end.due(upto):
                 yield from spread(*by_end.take())
