@@ -14,7 +14,7 @@
                                                  a new one, taken by the running gateway at its next call)
     gateway demo-upstream [--listen ADDR]...     a small echo server to try the gateway with
     gateway import-nginx <nginx.conf> [-o limits.yaml]
-    gateway replay <access.log> [-c limits.yaml] [--format F] [--json] [--html report.html]
+    gateway replay <access.log> [-c limits.yaml] [--format F] [--reorder-window 120s] [--json] [--html report.html]
     gateway --version
 
 ban, unban and bans talk to the configured Redis directly (every node sees the
@@ -40,6 +40,7 @@ from gateway.background import spawn
 from gateway.config.overrides import Overrides
 from gateway.config.paths import default_path as default_pid_path
 from gateway.config.paths import runtime_dir
+from gateway.config.units import parse_duration_ms
 from gateway.errors import BanStoreError, ConfigErrors, GatewayError
 from gateway.logs import error as errorlog
 from gateway.plan import load_config
@@ -148,9 +149,26 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("access_log", help="an access log (.gz read as gzip); - for stdin")
     rep.add_argument("-c", "--config", default=DEFAULT_CONFIG, help="configuration file (default: %(default)s)")
     rep.add_argument("--format", default="combined", help="combined, main, gateway, json or a $variable template")
+    rep.add_argument(
+        "--reorder-window",
+        type=_window_ms,
+        default="120s",
+        metavar="DURATION",
+        help="how far out of order log lines are put back in order (default: %(default)s)",
+    )
     rep.add_argument("--json", action="store_true", help="print the report as JSON")
     rep.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     return parser
+
+
+def _window_ms(text: str) -> int:
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if ms < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: the reorder window is at least 1s (log times are whole seconds)")
+    return ms
 
 
 def main(argv: Sequence[str] | None = None) -> int:

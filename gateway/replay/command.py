@@ -1,4 +1,4 @@
-"""``gateway replay <access.log> -c limits.yaml [--format F] [--json] [--html FILE]``."""
+"""``gateway replay <access.log> -c limits.yaml [--format F] [--reorder-window 120s] [--json] [--html FILE]``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 from gateway.plan import load_config
-from gateway.replay.logread import Timing, line_parser, lines_of, open_log, read_requests
+from gateway.replay.logread import DEFAULT_WINDOW_MS, Timing, line_parser, lines_of, open_log, read_requests
 from gateway.replay.report import Report
 from gateway.replay.simulate import Outcome, Simulator
 
@@ -17,7 +17,7 @@ from gateway.replay.simulate import Outcome, Simulator
 def run_replay(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     parse, variables = line_parser(args.format)
-    timing = Timing()
+    timing = Timing(window_ms=getattr(args, "reorder_window", None) or DEFAULT_WINDOW_MS)
     report = Report(
         timing=timing,
         binary_zones=frozenset(n for n, z in config.spec.zones.items() if "binary_remote_addr" in z.key.variables),
@@ -37,7 +37,7 @@ def run_replay(args: argparse.Namespace) -> int:
     simulator = Simulator(config)
     try:
         with stream:
-            outcomes = simulator.run(read_requests(lines_of(stream), parse, timing))
+            outcomes = simulator.run(read_requests(lines_of(stream), parse, timing, "request_time" in variables))
             for out in _progress(outcomes, args.access_log):
                 report.add(out)
     except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
@@ -75,8 +75,18 @@ def _timing_notes(report: Report, timing: Timing) -> None:
         report.notes.append("requests were placed at their start ($msec or the second, minus $request_time)")
     else:
         report.notes.append("no $request_time: limit_conn slots are released at once (concurrency is not known)")
+    window = f"{timing.window_ms / 1000:g} s"
+    if timing.reordered:
+        report.notes.append(
+            f"{timing.reordered} lines were logged after later ones (by up to {timing.most_out_of_order_ms / 1000:g} s)"
+            f" and were put back in order within the {window} reorder window"
+        )
     if timing.late:
-        report.notes.append(f"{timing.late} requests started before ones already replayed and were replayed late")
+        why = f", {timing.late_long} of them because their $request_time is longer" if timing.late_long else ""
+        report.notes.append(
+            f"{timing.late} requests were out of order by more than the {window} reorder window{why}: they were "
+            f"replayed up to {timing.latest_ms / 1000:g} s after their time (raise --reorder-window)"
+        )
     if timing.unparsed:
         report.notes.append(f"{timing.unparsed} lines did not match the format, e.g. {timing.first_unparsed[:120]!r}")
 

@@ -14,6 +14,7 @@ from gateway.replay.simulate import DELAYED, REJECTED, Outcome
 MAX_KEYS = 10_000  # distinct limited keys tracked per zone (the rarest are dropped beyond)
 MAX_BUCKETS = 600  # timeline points per zone; buckets widen (x2) as the log grows longer
 TOP = 10
+UNRELIABLE = 10  # a busiest second is withheld when its late requests could change it by more than 1/10
 
 
 @dataclass(slots=True)
@@ -49,10 +50,11 @@ class Tally:
     keys: Counter[bytes] = field(default_factory=Counter)
     second: int = -1
     second_count: int = 0
-    busiest: tuple[int, int] = (0, -1)  # (count, unix second)
+    busiest: tuple[int, int] = (0, -1)  # (count, unix second), requests replayed at their own time only
+    late: int = 0  # requests replayed after their start (beyond the reorder window): not in a second's count
     timeline: Timeline = field(default_factory=Timeline)
 
-    def add(self, t_ms: int, result: str, delay_ms: int, key: bytes | None) -> None:
+    def add(self, t_ms: int, result: str, delay_ms: int, key: bytes | None, late_ms: int = 0) -> None:
         self.requests += 1
         if result == REJECTED:
             self.rejected += 1
@@ -66,6 +68,10 @@ class Tally:
             if len(self.keys) > MAX_KEYS:
                 for k, _ in self.keys.most_common()[MAX_KEYS // 2 :]:
                     del self.keys[k]
+        if late_ms:
+            self.late += 1
+            self.timeline.add((t_ms - late_ms) // 1000, result == REJECTED)
+            return
         second = t_ms // 1000
         if second != self.second:
             self.second, self.second_count = second, 0
@@ -86,7 +92,18 @@ class Tally:
                 return ms
         return max(self.delays)
 
-    def as_dict(self, key_text: Any) -> dict[str, Any]:
+    def busiest_withheld(self, window_ms: int) -> str:
+        """Why the busiest second is not shown ("" when it is)."""
+        if self.late * UNRELIABLE <= self.busiest[0]:
+            return ""
+        return (
+            f"{self.late} of its requests were logged more than the {window_ms / 1000:g} s reorder window out of "
+            f"order, so a second's count may be off by up to {self.late} (replay with a larger --reorder-window)"
+        )
+
+    def as_dict(self, key_text: Any, window_ms: int) -> dict[str, Any]:
+        withheld = self.busiest_withheld(window_ms)
+        shown = self.busiest[1] >= 0 and not withheld
         return {
             "requests": self.requests,
             "passed": self.passed,
@@ -95,7 +112,9 @@ class Tally:
             "delay_p50_ms": self.percentile(0.5),
             "delay_p99_ms": self.percentile(0.99),
             "top_limited_keys": [{"key": key_text(k), "count": n} for k, n in self.keys.most_common(TOP)],
-            "busiest_second": {"unix": self.busiest[1], "requests": self.busiest[0]} if self.busiest[1] >= 0 else None,
+            "busiest_second": {"unix": self.busiest[1], "requests": self.busiest[0]} if shown else None,
+            "busiest_second_withheld": withheld or None,
+            "late": self.late,
         }
 
 
@@ -118,9 +137,9 @@ class Report:
             result = DELAYED
         else:
             result = "PASSED"
-        _tally(self.routes, out.route).add(out.t_ms, result, out.delay_ms, None)
+        _tally(self.routes, out.route).add(out.t_ms, result, out.delay_ms, None, out.late_ms)
         for z in out.zones:
-            _tally(self.zones, z.zone).add(out.t_ms, z.result, z.delay_ms, z.key)
+            _tally(self.zones, z.zone).add(out.t_ms, z.result, z.delay_ms, z.key, out.late_ms)
 
     def key_text(self, zone: str) -> Any:
         binary = zone in self.binary_zones
@@ -139,13 +158,19 @@ class Report:
                 "precise_ms": self.timing.precise,
                 "spread_within_second": self.timing.spread,
                 "moved_to_start_by_request_time": self.timing.starts,
+                "reorder_window_ms": self.timing.window_ms,
+                "out_of_order_lines": self.timing.reordered,
+                "most_out_of_order_ms": self.timing.most_out_of_order_ms,
                 "out_of_order_beyond_window": self.timing.late,
+                "beyond_window_by_request_time": self.timing.late_long,
+                "most_late_ms": self.timing.latest_ms,
+                "held_peak_lines": self.timing.held_peak,
                 "unparsed_lines": self.timing.unparsed,
             },
             "notes": self.notes,
             "denied_by_access_rules": self.denied,
-            "zones": {name: t.as_dict(self.key_text(name)) for name, t in self.zones.items()},
-            "routes": {name: t.as_dict(lambda k: "") for name, t in self.routes.items()},
+            "zones": {name: t.as_dict(self.key_text(name), self.timing.window_ms) for name, t in self.zones.items()},
+            "routes": {name: t.as_dict(lambda k: "", self.timing.window_ms) for name, t in self.routes.items()},
         }
 
     def text(self) -> str:
@@ -163,7 +188,10 @@ class Report:
         for name, t in d["zones"].items():
             busiest = t["busiest_second"]
             if busiest:
-                lines.append(f"\nzone {name}: busiest second {busiest['unix']} ({busiest['requests']} requests)")
+                more = f", up to {t['late']} more replayed late" if t["late"] else ""
+                lines.append(f"\nzone {name}: busiest second {busiest['unix']} ({busiest['requests']} requests{more})")
+            elif t["busiest_second_withheld"]:
+                lines.append(f"\nzone {name}: busiest second not shown: {t['busiest_second_withheld']}")
             for item in t["top_limited_keys"]:
                 lines.append(f"  limited key {item['key']!s:40} {item['count']}")
         return "\n".join(lines) + "\n"

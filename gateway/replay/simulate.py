@@ -56,6 +56,7 @@ class Outcome:
     zones: list[ZoneOutcome] = field(default_factory=list)
     logged: dict[str, str] = field(default_factory=dict)
     pending: bool = False  # waiting for its delay to end before limit_conn
+    late_ms: int = 0  # replayed this much after its start (out of order beyond the reorder window)
 
 
 class Simulator:
@@ -67,6 +68,7 @@ class Simulator:
         self._held: list[tuple[int, int, RoutePlan, ConnDecision]] = []
         self._deferred: list[tuple[int, int, RoutePlan, list[bytes], Outcome, LogRequest]] = []
         self._seq = 0
+        self._names: dict[int, str] = {}  # route -> its location as text (the plan's routes live as long as this)
 
     def run(self, requests: Iterator[LogRequest]) -> Iterator[Outcome]:
         waiting: deque[Outcome] = deque()
@@ -98,7 +100,7 @@ class Simulator:
     def one(self, req: LogRequest) -> Outcome:
         self.now = req.t_ms
         ctx = context_of(req.fields)
-        out = Outcome(t_ms=req.t_ms, route="", logged=req.fields)
+        out = Outcome(t_ms=req.t_ms, route="", logged=req.fields, late_ms=req.late_ms)
         try:
             ctx.uri = normalize_uri(ctx.path_only)
         except BadURI:
@@ -113,7 +115,10 @@ class Simulator:
             out.route = "(redirect)" if match.redirect else "(no route)"
             return out
         route = match.route
-        out.route = str(route.location)
+        name = self._names.get(id(route))
+        if name is None:
+            name = self._names[id(route)] = str(route.location)
+        out.route = name
         if self.config.deny and ctx.client in self.config.deny:
             out.denied, out.status = True, 403
             return out
@@ -188,8 +193,12 @@ def context_of(fields: dict[str, str]) -> RequestContext:
     method, target = _request_parts(fields)
     headers: CIMultiDict[str] = CIMultiDict()
     for name, value in fields.items():
-        if name.startswith("http_") and value:
-            headers.add(name[5:].replace("_", "-"), value)
+        if value:
+            header = _HEADERS.get(name)
+            if header is None:
+                header = _header_of(name)
+            if header:
+                headers.add(header, value)
     host = fields.get("host") or headers.get("Host") or ""
     ctx.method = method
     ctx.raw_target = target
@@ -205,6 +214,16 @@ def context_of(fields: dict[str, str]) -> RequestContext:
     ctx.uri = ""
     ctx.variables = None  # maps and geo used more than once keep their values here
     return ctx
+
+
+_HEADERS: dict[str, str] = {}  # logged field -> request header ("" for the others)
+
+
+def _header_of(name: str) -> str:
+    header = name[5:].replace("_", "-") if name.startswith("http_") else ""
+    if len(_HEADERS) < 4096:  # a json log's keys are the log's to choose: bounded
+        _HEADERS[name] = header
+    return header
 
 
 def _request_parts(fields: dict[str, str]) -> tuple[str, str]:
