@@ -40,6 +40,8 @@ def _server_doc(server: Server) -> list[str]:
     if server.default:
         head["default_server"] = True
     head.update(server.tls)
+    if server.access is not None:
+        head["access"] = server.access
     lines = ["- " + _dump(head).replace("\n", "\n  ").rstrip()]
     lines.append("  routes:")
     for route in server.routes:
@@ -71,6 +73,8 @@ def render(result: Result, source: str) -> str:
     main = _main_server(servers)
     if main is not None:
         doc = {"listen": main.listen if len(main.listen) > 1 else main.listen[0], **doc, **main.tls}
+        if main.access is not None:  # the one server's own list replaces the http level's
+            doc["access"] = main.access
     if doc:
         out.append(_dump(doc).rstrip())
     out.append("routes:" if main is not None and main.routes else "routes: []")

@@ -41,6 +41,7 @@ class Server:
     default: bool = False
     routes: list[Route] = field(default_factory=list)
     tls: Doc = field(default_factory=dict)  # the server's own ssl_* keys
+    access: list[Doc] | None = None  # the server's own allow/deny list (None: the http level's)
 
 
 @dataclass(slots=True)
