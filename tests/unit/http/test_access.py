@@ -31,7 +31,9 @@ def first_match(items: list[tuple[bool, str]], client: str) -> bool:
     """The decision as nginx's handler reads it: the rules one by one, the first match decides."""
     ip = ipaddress.ip_address(client)
     for allow, target in items:
-        if target == "all" or (ip.version == ipaddress.ip_network(target).version and ip in ipaddress.ip_network(target)):
+        if target == "all" or (
+            ip.version == ipaddress.ip_network(target).version and ip in ipaddress.ip_network(target)
+        ):
             return allow
     return True
 
