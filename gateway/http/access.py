@@ -12,6 +12,8 @@ first probe that hits decides.
 Client addresses come parsed (``gateway.http.realip``): an IPv4-mapped IPv6 address
 (``::ffff:a.b.c.d``) is already its IPv4 address, so it meets the IPv4 rules as in nginx,
 and a rule written as ``::ffff:a.b.c.d/N`` (N >= 96) is compiled as the IPv4 rule it means.
+One case differs (the parsed address no longer says it came mapped): nginx reads the IPv6
+rules for a mapped client when the list has no IPv4 rule and no ``all``; here it matches none.
 """
 
 from __future__ import annotations
