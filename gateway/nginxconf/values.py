@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config.units import parse_duration_ms, parse_rate, parse_size
+from gateway.config.zones import parse_zone_key
 from gateway.http.keys import parse_key
 from gateway.nginxconf.parser import Directive
 
@@ -150,6 +151,10 @@ def zone_problem(d: Directive, name: str, zone_size: str) -> str:
         parse_key(d.args[0])
     except ValueError as exc:
         return f"key {d.args[0]}: {exc} (the gateway knows fewer variables than nginx)"
+    try:
+        parse_zone_key(d.args[0])
+    except ValueError as exc:
+        return f"key {d.args[0]}: {exc}"
     return ""
 
 

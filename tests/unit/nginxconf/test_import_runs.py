@@ -476,3 +476,24 @@ def test_a_return_that_cannot_be_translated_refuses_unless_allow_open(
     assert got.routes()["~ ^/old/(.*)$"] == {"location": "~ ^/old/(.*)$", "return": {"code": 503}}
     opened = run(tmp_path, capsys, conf, "--allow-open")
     assert "~ ^/old/(.*)$" not in opened.routes() and "other routes serve these URIs" in opened.skipped("2")
+
+
+def test_request_id_and_server_name_are_imported_where_the_gateway_takes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run(
+        tmp_path,
+        capsys,
+        "http { log_format rid '$remote_addr $request_id \"$server_name\" $scheme'; access_log /dev/stdout rid;\n"
+        " limit_req_zone $server_name zone=site:1m rate=10r/s;\n"
+        " limit_req_zone $request_id zone=never:1m rate=1r/s;\n"
+        " server { listen 8080; server_name a.test;\n"
+        f"  location / {{ limit_req zone=site; proxy_set_header X-Request-ID $request_id; {APP}\n"
+        "   add_header X-Request-ID $request_id always; } } }\n",
+    )
+    assert got.doc["log"]["format"] == '$remote_addr $request_id "$server_name" $scheme'
+    assert got.doc["zones"]["site"]["key"] == "$server_name" and "never" not in got.doc["zones"]
+    assert "$request_id is new for every request" in got.skipped("3")
+    route = got.routes()["/"]
+    assert route["proxy_set_header"] == {"X-Request-ID": "$request_id"}
+    assert route["add_header"] == [{"name": "X-Request-ID", "value": "$request_id", "always": True}]
