@@ -6,12 +6,14 @@ each request from its own client address: a loopback source address (127.0.0.0/8
 127.0.0.1 (trusted by realip in all three), an ``X-Real-IP`` naming an IPv4, IPv6 or mapped
 IPv4 (``::ffff:a.b.c.d``) client. The limit is 1r/m, so no status depends on timing; one
 zone shows nginx's phase order (the limit counts a denied client before its 403) and one
-``return`` that it answers before any list is read.
+``return`` that it answers before any list is read. One location adds ``X-Request-ID
+$request_id`` to its answers: nginx's shape (32 lowercase hex digits), a new one each time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import aiohttp
@@ -54,7 +56,7 @@ http {{
         allow 127.0.0.0/29;
         allow 2001:db8::/32;
         deny all;
-        location / {{ {app} }}
+        location / {{ add_header X-Request-ID $request_id always; {app} }}
         location /open/ {{ allow all; {app} }}
         location /lan/ {{
             deny 10.1.0.0/16;
@@ -92,7 +94,7 @@ servers:
   - server_name: a.test
     access: [{{allow: 10.0.0.0/8}}, {{allow: 127.0.0.0/29}}, {{allow: "2001:db8::/32"}}, {{deny: all}}]
     routes:
-      - {{location: /, upstream: app}}
+      - {{location: /, upstream: app, add_header: [{{name: X-Request-ID, value: $request_id, always: true}}]}}
       - {{location: /open/, upstream: app, access: [{{allow: all}}]}}
       - location: /lan/
         upstream: app
@@ -150,16 +152,21 @@ SCHEDULE = [
 ]
 
 
-async def run(port: int) -> list[int]:
-    statuses = []
+async def run(port: int) -> list[tuple[int, str]]:
+    """Each request's status, and the shape of its X-Request-ID ("id": 32 lowercase hex digits)."""
+    answers = []
+    made = []
     for source, real_ip, host, path in SCHEDULE:
         headers = {"Host": host, **({"X-Real-IP": real_ip} if real_ip else {})}
         connector = aiohttp.TCPConnector(force_close=True, local_addr=(source, 0))
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
             async with session.get(f"http://127.0.0.1:{port}{path}", headers=headers) as resp:
                 await resp.read()
-                statuses.append(resp.status)
-    return statuses
+                rid = resp.headers.get("X-Request-ID", "")
+                made += [rid] if rid else []
+                answers.append((resp.status, "id" if re.fullmatch(r"[0-9a-f]{32}", rid) else rid))
+    assert len(set(made)) == len(made)  # never the same id twice
+    return answers
 
 
 def test_allow_deny_at_three_levels_decide_like_nginx(tmp_path: Path) -> None:
@@ -190,12 +197,14 @@ def test_allow_deny_at_three_levels_decide_like_nginx(tmp_path: Path) -> None:
             gw.stop()
         nginx.stop()
         upstream.stop()
-    assert from_nginx == [
+    assert [status for status, _ in from_nginx] == [
         *(200, 403, 200, 403, 200, 403, 200, 403, 200),
         *(403, 200, 403, 200, 200, 403),
         *(403, 503, 200),
         *(403, 200, 403, 200, 403),
         *(403, 200, 403, 200),
     ]
+    # add_header ... always: the route's 403s carry a request id too
+    assert [shape for _, shape in from_nginx[:8]] == ["id"] * 8 and from_nginx[8][1] == ""
     assert from_gateways[0] == from_nginx
     assert from_gateways[1] == from_nginx
