@@ -8,7 +8,7 @@ Vocabulary, from the bottom up:
   with an injected clock and no I/O.
 * ``store``: where limit state lives: the embedded in-process store or Redis.
 * ``proxy``: the upstream side: pools, balancing, passive health, forwarding, WebSocket.
-* ``pipeline``: the per-request flow: real IP -> route -> access -> limits -> proxy -> log.
+* ``pipeline``: the per-request flow: real IP -> route -> access.deny -> limits -> allow/deny -> proxy -> log.
 * ``server`` / ``supervisor`` / ``cli``: process lifecycle, workers, signals, commands.
 """
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.config.access import parse_access_rules
 from gateway.config.limits import (
     LimitConnSpec,
     LimitCountSpec,
@@ -36,6 +37,7 @@ from gateway.config.reader import (
 from gateway.config.upstreams import UpstreamSpec
 from gateway.config.zones import ZoneSpec
 from gateway.errors import KeyPath
+from gateway.http.access import AccessRule
 from gateway.http.routing import Location, parse_location
 from gateway.http.rules import Condition, parse_condition
 from gateway.http.templates import ValueTemplate, parse_body_text, parse_value
@@ -99,6 +101,7 @@ class RouteSpec:
     uri: str | None = None  # proxy_pass's URI part: replaces the matched prefix
     ret: ReturnSpec | None = None  # answer at once, no upstream
     rules: tuple[RuleSpec, ...] = ()  # run in order before the limits (and before ret)
+    access: tuple[AccessRule, ...] | None = None  # its own allow/deny list (None: the server's)
 
 
 ROUTE_SETTING_KEYS = (
@@ -125,7 +128,7 @@ ROUTE_SETTING_KEYS = (
     "proxy_set_header",
     "add_header",
 )
-ROUTE_ONLY_KEYS = ("location", "uri", "return", "rules")
+ROUTE_ONLY_KEYS = ("location", "uri", "return", "rules", "access")
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
@@ -155,6 +158,7 @@ def parse_routes(
         seen[ident] = i
         ret = parse_return(r, data["return"], path + ("return",)) if "return" in data else None
         rules = parse_rules(r, data["rules"], path + ("rules",)) if "rules" in data else ()
+        access = parse_access_rules(r, data["access"], path + ("access",)) if "access" in data else None
         uri = r.field(data, "uri", path, _uri, None)
         if uri is not None and location.kind in ("regex", "regex_icase"):
             r.error(path + ("uri",), "a uri cannot be given for a location given by regular expression (as in nginx)")
@@ -162,7 +166,9 @@ def parse_routes(
             r.error(path + ("return",), "a route with return answers itself: it has no upstream nor uri")
         if "return" not in data and settings.upstream is None and defaults.upstream is None:
             r.error(path, "missing required key 'upstream' (set it here or in defaults)")
-        out.append(RouteSpec(index=i, location=location, settings=settings, uri=uri, ret=ret, rules=rules))
+        out.append(
+            RouteSpec(index=i, location=location, settings=settings, uri=uri, ret=ret, rules=rules, access=access)
+        )
     if isinstance(value, list) and not items:
         r.error(at, "at least one route is required")
     return tuple(out)

@@ -16,14 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gateway.config.access import parse_access_rules
 from gateway.config.reader import Reader, as_bool
 from gateway.errors import KeyPath
+from gateway.http.access import AccessRule
 from gateway.http.vhosts import wildcard_of
 
 if TYPE_CHECKING:
     from gateway.config.tls import TlsSpec
 
-SERVER_KEYS = ("server_name", "listen", "default_server", "rules", "routes")
+SERVER_KEYS = ("server_name", "listen", "default_server", "rules", "access", "routes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class VirtualServerSpec:
     routes: tuple[Any, ...]  # RouteSpec
     tls: TlsSpec | None = None  # this server's certificates and ssl_* settings (the top level's when unset)
     rules: tuple[Any, ...] = ()  # RuleSpec: run before a route is chosen (nginx's server rewrite phase)
+    access: tuple[AccessRule, ...] | None = None  # its own allow/deny list (None: the top level's)
 
     @property
     def name(self) -> str:
@@ -148,9 +151,17 @@ def parse_servers(
         routes = routes_of(data["routes"], path + ("routes",)) if "routes" in data else ()
         tls = tls_of(data, path)
         rules = rules_of(data["rules"], path + ("rules",)) if "rules" in data else ()
+        access = parse_access_rules(r, data["access"], path + ("access",)) if "access" in data else None
         out.append(
             VirtualServerSpec(
-                index=i, names=tuple(names), listen=listen, default=default, routes=routes, tls=tls, rules=rules
+                index=i,
+                names=tuple(names),
+                listen=listen,
+                default=default,
+                routes=routes,
+                tls=tls,
+                rules=rules,
+                access=access,
             )
         )
     return tuple(out)

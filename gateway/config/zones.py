@@ -117,7 +117,7 @@ def parse_zones(r: Reader, value: Any, path: KeyPath) -> ZoneTable:
         data = r.mapping(body, zpath, ZONE_KEYS[ztype], required=ZONE_REQUIRED[ztype])
         if data is None:
             continue
-        key = r.field(data, "key", zpath, lambda v: parse_key(v, r.defined))
+        key = r.field(data, "key", zpath, lambda v: parse_zone_key(v, r.defined))
         if key is not None and not key.variables and key.source != GLOBAL_KEY:
             r.warn(zpath + ("key",), constant_key_warning(key))
         zone_bytes = r.field(data, "size", zpath, zone_size, 10 * 1024 * 1024)
@@ -235,3 +235,11 @@ def parse_cost(value: Any, defined: Defined = NO_DEFINED) -> dict[str, Any]:
 def is_refused(zones: Mapping[str, ZoneSpec], name: str) -> bool:
     """``name`` was declared in ``zones:`` but refused: its errors are already reported."""
     return isinstance(zones, ZoneTable) and name in zones.refused
+
+
+def parse_zone_key(value: Any, defined: Defined = NO_DEFINED) -> KeyTemplate:
+    """A zone's key: any key template but one that names ``$request_id``."""
+    key = parse_key(value, defined)
+    if "request_id" in key.variables:
+        raise ValueError("$request_id is new for every request: a zone keyed by it never limits anything")
+    return key

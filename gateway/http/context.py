@@ -5,6 +5,7 @@ Key extractors and the access log read these fields; nothing here does I/O.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ class RequestContext:
         "raw_query",
         "raw_target",
         "request_target",
+        "rid",
         "route",
         "scheme",
         "server",
@@ -105,6 +107,7 @@ class RequestContext:
         self.body_bytes_sent = -1
         self.logged = False
         self.extra: dict[str, str] | None = None
+        self.rid = ""  # $request_id, made on first use (request_id)
         self.variables: dict[int, bytes] | None = None  # maps and geo used more than once (gateway.http.maps)
         # Called once, just before the response's last bytes go to the client (the pipeline
         # gives back limit_conn slots there: the client's next request must find them free).
@@ -115,6 +118,15 @@ class RequestContext:
         if hook is not None:
             self.on_last_write = None
             hook()
+
+    @property
+    def request_id(self) -> str:
+        """nginx's ``$request_id``: 16 random bytes as 32 lowercase hex digits, made the first time
+        it is used and the same wherever this request uses it (upstream header, response, log)."""
+        rid = self.rid
+        if not rid:
+            rid = self.rid = os.urandom(16).hex()
+        return rid
 
     @property
     def ssl_protocol(self) -> str:

@@ -6,7 +6,8 @@ loads. At request time the compiled extractor returns the key as ``bytes``;
 
 Supported variables: ``$binary_remote_addr`` (4 or 16 raw bytes), ``$remote_addr``,
 ``$http_<name>``, ``$arg_<name>``, ``$cookie_<name>``, ``$uri``, ``$request_uri``,
-``$host``, ``$request_method``, ``$server_port``, ``$scheme``. ``${name}`` is accepted
+``$host``, ``$request_method``, ``$server_port``, ``$scheme``, ``$server_name``, ``$request_id``
+(a map's source may use it; a zone key may not, see ``gateway.config.zones``). ``${name}`` is accepted
 too, for a variable followed by letters.
 
 Variables defined by the configuration (``maps:`` and ``geo:``, see ``gateway.http.maps``)
@@ -76,10 +77,12 @@ _SIMPLE = {
     "request_method",
     "server_port",
     "scheme",
+    "server_name",
+    "request_id",
 }
 _PREFIXED = ("http_", "arg_", "cookie_")
 # The longest value of the variables that have one (IPv6 text is at most 39 characters).
-_BOUNDED = {"binary_remote_addr": 16, "remote_addr": 39, "server_port": 5, "scheme": 5}
+_BOUNDED = {"binary_remote_addr": 16, "remote_addr": 39, "server_port": 5, "scheme": 5, "request_id": 32}
 
 DEFAULT_MAX_KEY = 256
 MIN_MAX_KEY = 32
@@ -252,6 +255,10 @@ def key_variable(name: str, ipv6_prefix: int = 128, variables: UserVariables | N
         return lambda ctx: str(ctx.server_port).encode()
     if name == "scheme":
         return lambda ctx: ctx.scheme.encode()
+    if name == "server_name":
+        return lambda ctx: ctx.server.name.encode("utf-8", "surrogateescape") if ctx.server is not None else b""
+    if name == "request_id":
+        return lambda ctx: ctx.request_id.encode()
     if name.startswith("http_"):
         return _first_header(name[5:])
     if name.startswith("arg_"):

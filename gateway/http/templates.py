@@ -8,7 +8,7 @@ context; a text without variables costs nothing but returning it.
 Variables: those of limit keys except ``$binary_remote_addr`` (``$remote_addr``,
 ``$uri``, ``$request_uri``, ``$host``, ``$request_method``, ``$server_port``,
 ``$scheme``, ``$http_<name>``, ``$arg_<name>``, ``$cookie_<name>``), plus ``$args``,
-``$realip_remote_addr``, ``$server_name``, ``$ssl_protocol``, ``$ssl_cipher``, ``$https``,
+``$realip_remote_addr``, ``$server_name``, ``$request_id``, ``$ssl_protocol``, ``$ssl_cipher``, ``$https``,
 ``$proxy_protocol_addr``, ``$proxy_protocol_port``
 and ``$proxy_add_x_forwarded_for`` (the
 client's ``X-Forwarded-For`` with ``$remote_addr`` appended), and the configuration's
@@ -34,6 +34,7 @@ _EXTRA = (
     "args",
     "realip_remote_addr",
     "server_name",
+    "request_id",
     "proxy_add_x_forwarded_for",
     "ssl_protocol",
     "ssl_cipher",
@@ -106,6 +107,10 @@ def _server_name(ctx: RequestContext) -> str:
     return str(ctx.server.name) if ctx.server is not None else ""
 
 
+def _request_id(ctx: RequestContext) -> str:
+    return ctx.request_id
+
+
 def _literal(text: str) -> ValueFn:
     return lambda ctx: text
 
@@ -117,6 +122,8 @@ def _variable(name: str, variables: UserVariables | None) -> ValueFn:
         return lambda ctx: ctx.peer.text
     if name == "server_name":
         return _server_name
+    if name == "request_id":
+        return _request_id
     if name == "proxy_add_x_forwarded_for":
         return _proxy_add_x_forwarded_for
     if name == "ssl_protocol":

@@ -174,6 +174,7 @@ _GETTERS: dict[str, Callable[[Fields], str]] = {
     "server_port": _ctx("server_port"),
     "server_name": lambda f: f.ctx.server.name if f.ctx is not None and f.ctx.server is not None else "",
     "scheme": _ctx("scheme"),
+    "request_id": lambda f: f.ctx.request_id if f.ctx is not None else os.urandom(16).hex(),
     "ssl_protocol": _ctx("ssl_protocol"),
     "ssl_cipher": _ctx("ssl_cipher"),
     "https": _ctx("https"),
@@ -189,7 +190,7 @@ _SAFE = frozenset(
     {"remote_addr", "realip_remote_addr", "time_local", "time_iso8601", "msec", "status", "body_bytes_sent",
      "request_time", "upstream_status", "upstream_response_time", "limit_req_status", "limit_conn_status",
      "limit_count_status", *status_variables(), "server_port", "scheme", "pid", "request_method",
-     "server_protocol", "ssl_protocol", "ssl_cipher", "https"}
+     "server_protocol", "ssl_protocol", "ssl_cipher", "https", "request_id"}
 )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ VARIABLES = frozenset(
         "msec", "request", "request_method", "request_uri", "uri", "args", "host", "server_protocol", "status",
         "body_bytes_sent", "request_time", "upstream_addr", "upstream_status", "upstream_response_time",
         "limit_req_status", "limit_conn_status", "limit_count_status", "route", "server_port", "scheme", "pid",
-        *status_variables(), "server_name",
+        *status_variables(), "server_name", "request_id",
         "ssl_protocol", "ssl_cipher", "https",
     }
 )  # fmt: skip

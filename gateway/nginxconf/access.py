@@ -1,23 +1,34 @@
 """Who the client is and whether it may enter: ``set_real_ip_from``/``real_ip_*`` and ``allow``/``deny``.
 
-They become ``real_ip:`` and ``access.deny``, which the gateway applies to every route.
-(The real IP settings of several servers become the one ``real_ip:`` when every server
-says the same: see ``Context.shared_settings``.) An ``allow``/``deny`` list becomes ``access.deny`` when
-it is a list of denies (optionally ending in ``allow all``), which the first match of
-nginx and the gateway's deny read alike.
+The real IP settings become ``real_ip:`` (of several servers, the one ``real_ip:`` when every
+server says the same: see ``Context.shared_settings``).
+
+``allow``/``deny`` become the gateway's ``access:`` list at the level nginx has them: the
+http level's at the top, a server's in that server (the top level, for a config written
+as one server), a location's in its route. nginx's inheritance is the gateway's: a level
+with a list of its own replaces the outer one whole. ``unix:`` rules never match a TCP
+client and are left out (the level still has its own list: ``access: []`` if nothing else).
+A list that cannot be translated makes its routes refuse (``guards.location_rules``).
 """
 
 from __future__ import annotations
 
+from gateway.config.reader import network
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Doc, Result
+
+
+def rule_key(rules: list[Directive]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """A list's meaning, to compare two lists."""
+    return tuple((r.name, tuple(r.args)) for r in rules)
 
 
 class Access:
     def __init__(self, result: Result) -> None:
         self.result = result
         self.real_ip: Doc = {}
-        self.deny: list[str] = []
+        self.http: list[Doc] | None = None  # the http level's list, translated
+        self.http_rules: list[Directive] = []  # ... as written
 
     def real_ip_from(self, d: Directive) -> None:
         if d.args and d.args[0] == "unix:":
@@ -31,16 +42,21 @@ class Access:
     def real_ip_recursive(self, d: Directive) -> None:
         self.real_ip["recursive"] = d.args[0] == "on"
 
-    def rules(self, rules: list[Directive], global_ok: bool) -> bool:
-        """nginx's first-match allow/deny list to access.deny, when the meaning is the same (True)."""
-        ends_open = rules[-1].name == "allow" and rules[-1].args == ["all"]
-        denies = rules[:-1] if ends_open else rules
-        exact = global_ok and all(r.name == "deny" and r.args and r.args[0] != "all" for r in denies)
-        if not exact:
-            return False
-        for r in denies:
-            if r.args[0] not in self.deny:
-                self.deny.append(r.args[0])
-        if ends_open:
-            self.result.same_here(rules[-1])
-        return True
+    def translate(self, rules: list[Directive]) -> list[Doc] | None:
+        """nginx's first-match list as ``access:`` entries, in order; None when a rule has no
+        gateway meaning (its routes must then refuse)."""
+        out: list[Doc] = []
+        for r in rules:
+            if len(r.args) != 1:
+                return None
+            target = r.args[0]
+            if target.startswith("unix:"):
+                self.result.skip(r, "unix: peers never reach the gateway (it listens on TCP only): never matches here")
+                continue
+            if target != "all":
+                try:
+                    network(target)
+                except ValueError:
+                    return None
+            out.append({r.name: target})
+        return out

@@ -136,6 +136,6 @@ class Context:
             doc["upstreams"] = self.upstreams.upstreams
         if self.limits.zones:
             doc["zones"] = self.limits.zones
-        if self.access.deny:
-            doc["access"] = {"deny": self.access.deny}
+        if self.access.http is not None:
+            doc["access"] = self.access.http
         return self.result

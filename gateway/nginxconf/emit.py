@@ -42,6 +42,8 @@ def _server_doc(server: Server) -> list[str]:
     head.update(server.tls)
     if server.rules:
         head["rules"] = server.rules
+    if server.access is not None:
+        head["access"] = server.access
     lines = ["- " + _dump(head).replace("\n", "\n  ").rstrip()]
     lines.append("  routes:")
     for route in server.routes:
@@ -75,6 +77,8 @@ def render(result: Result, source: str) -> str:
         doc = {"listen": main.listen if len(main.listen) > 1 else main.listen[0], **doc, **main.tls}
         if main.rules:
             doc["rules"] = main.rules
+        if main.access is not None:  # the one server's own list replaces the http level's
+            doc["access"] = main.access
     if doc:
         out.append(_dump(doc).rstrip())
     out.append("routes:" if main is not None and main.routes else "routes: []")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.nginxconf import guards, headers
+from gateway.nginxconf.access import rule_key
 from gateway.nginxconf.context import Context
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Doc, Route, Server
@@ -42,6 +43,7 @@ class Site:
     # where a regex nested in a prefix location goes: before the server's own regexes, which nginx
     # tries only after the nested ones of the longest matching prefix (None: no server regex yet)
     nested_regex_at: int | None = None
+    access: list[Directive] = field(default_factory=list)  # the allow/deny list in force at server level
 
 
 @dataclass(slots=True)
@@ -133,11 +135,8 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
     route = Route(data={"location": text})
     if body.rules:
         route.data["rules"] = body.rules
-    deny_all, refusals = _guards(ctx, scope, body)
-    refusals[:0] = site.refusals
-    if deny_all:
-        route.data["return"] = {"code": 403}
-        return route
+    refusals = [*site.refusals, *_guards(ctx, scope, body)]
+    access = [scope.array(ACCESS)]  # its own or an outer location's; [] for the server's
     if body.internal is not None:  # only nginx's own redirects reach it; a client gets 404
         route.data.pop("rules", None)
         route.data["return"] = {"code": 404}
@@ -165,11 +164,8 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
             _limits_once(named_scope, scope)
             if named_body.proxy is not None:
                 ctx.result.note(TRY_FILES_NOTE)
-                named_deny_all, named_refusals = _guards(ctx, named_scope, named_body)
-                if named_deny_all:
-                    route.data["return"] = {"code": 403}
-                    return route
-                refusals += named_refusals
+                refusals += _guards(ctx, named_scope, named_body)
+                access.append(named_scope.array(ACCESS))  # nginx checks both: the redirect runs it again
                 if named_body.rules:
                     route.data["rules"] = body.rules + named_body.rules
                     ctx.result.note(
@@ -177,6 +173,9 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
                         "the location whose try_files reaches it (nginx: after them)"
                     )
                 body, scope = named_body, named_scope
+    if body.proxy is None and any(_denies_all(rules or site.access) for rules in access):
+        route.data["return"] = {"code": 403}  # nginx checks the list before it serves files: 403 to all
+        return route
     if body.proxy is None:
         blocks = [d.block or [], *(t.block or [] for t in [_peek_named(body.try_files, site)] if t is not None)]
         names = {x.name for block in blocks for x in block}
@@ -192,6 +191,7 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
     uri = ctx.upstreams.proxy_pass(body.proxy, route, regex=regex)
     if "upstream" not in route.data:
         return _refuse(route, [f"its proxy_pass ({body.proxy.where}) was not translated"], backend=False)
+    refusals += _access(ctx, route, access, site)
     if refusals and not ctx.allow_open:
         return _refuse(route, refusals)
     _settings(route, scope)
@@ -203,13 +203,39 @@ def _route(ctx: Context, d: Directive, text: str, regex: bool, scope: Scope, bod
     return route
 
 
-def _guards(ctx: Context, scope: Scope, body: Body) -> tuple[bool, list[str]]:
-    """Whether the allow/deny list in force is ``deny all`` alone; the guards not translated (refusals)."""
-    rules = scope.array(ACCESS)
-    if [(r.name, r.args) for r in rules] == [("deny", ["all"])]:
-        return True, []
-    refusals = guards.location_rules(ctx, rules) if rules else []
-    return False, [*body.refusals, *refusals, *guards.auth(ctx, scope)]
+def _guards(ctx: Context, scope: Scope, body: Body) -> list[str]:
+    """The guards of the block and the auth in force that are not translated (refusals)."""
+    return [*body.refusals, *guards.auth(ctx, scope)]
+
+
+def _access(ctx: Context, route: Route, lists: list[list[Directive]], site: Site) -> list[str]:
+    """The route's own ``access:`` when a location's allow/deny list is in force (the refusals when
+    it cannot be). ``lists``: the location's (and the named location's a try_files reaches),
+    each [] when that location has none and the server's applies."""
+    in_force = {rule_key(rules or site.access): rules or site.access for rules in lists if rules or site.access}
+    if not in_force:
+        return []
+    if len(in_force) > 1:  # a request must pass both: no one first-match list says that
+        every = [r for rules in in_force.values() for r in rules]
+        return guards.location_rules(ctx, every)
+    rules = next(iter(in_force.values()))
+    if rules is site.access or rule_key(rules) == rule_key(site.access):
+        return []  # the server's (or the http level's): inherited as it is
+    translated = ctx.access.translate(rules)
+    if translated is None:
+        return guards.location_rules(ctx, rules)
+    route.data["access"] = translated
+    return []
+
+
+def _denies_all(rules: list[Directive]) -> bool:
+    """The list answers 403 to every client: a deny all before any allow."""
+    for r in rules:
+        if r.name == "allow":
+            return False
+        if r.args == ["all"]:
+            return True
+    return False
 
 
 def _refuse(route: Route, reasons: list[str], backend: bool = True) -> Route:

@@ -43,6 +43,7 @@ class Server:
     routes: list[Route] = field(default_factory=list)
     tls: Doc = field(default_factory=dict)  # the server's own ssl_* keys
     rules: list[Doc] = field(default_factory=list)  # its if-return guards, before a location is chosen
+    access: list[Doc] | None = None  # the server's own allow/deny list (None: the http level's)
 
 
 @dataclass(slots=True)

@@ -22,19 +22,19 @@ LISTEN_NO_OPS = ("deferred", "ipv6only", "reuseport", "backlog", "so_keepalive",
                  "accept_filter", "setfib", "bind", "http2")  # fmt: skip
 
 
-def server(
-    ctx: Context, d: Directive, block: list[Directive], scope: Scope, single: bool, shared_rules: bool = False
-) -> None:
-    """One server block; ``single``: the only one (its global directives apply to all); ``shared_rules``:
-    every server has the same allow/deny list, which may then be the global one."""
+def server(ctx: Context, d: Directive, block: list[Directive], scope: Scope, single: bool) -> None:
+    """One server block; ``single``: the only one (its global directives apply to all)."""
     result = ctx.result
     ctx.error_pages = ctx.http_error_pages | error_page_codes(block)
     srv = Server(where=d.where)
-    site = Site(server=srv, scope=scope)
+    site = Site(server=srv, scope=scope, access=ctx.access.http_rules)
     rules = [x for x in block if x.name in ("allow", "deny")]
-    if rules and not ctx.access.rules(rules, global_ok=single or shared_rules):
-        site.refusals += guards.location_rules(ctx, rules)
-    elif not rules:
+    if rules:  # its own list: the http level's is not inherited
+        site.access = rules
+        srv.access = ctx.access.translate(rules)
+        if srv.access is None:
+            site.refusals += guards.location_rules(ctx, rules)
+    else:
         site.refusals += ctx.http_refusals
     ret = next((x for x in block if x.name == "return"), None)
     try_files: Directive | None = None

@@ -60,13 +60,11 @@ def _http(ctx: Context, block: list[Directive], scope: Scope) -> None:
     ctx.http_error_pages = {a for d in block if d.name == "error_page" for a in d.args[:-1] if a.isdigit()}
     servers = [d for d in block if d.name == "server" and d.block is not None]
     rules = [d for d in block if d.name in ("allow", "deny")]
-    if rules and not ctx.access.rules(rules, global_ok=True):
-        ctx.http_refusals = guards.location_rules(ctx, rules)
-    elif rules and any(x.name in ("allow", "deny") for d in servers for x in d.block or []):
-        ctx.result.note(
-            "http-level deny rules apply to every server here; "
-            "in nginx a server with allow/deny of its own replaces them"
-        )
+    if rules:
+        ctx.access.http = ctx.access.translate(rules)
+        ctx.access.http_rules = rules
+        if ctx.access.http is None:
+            ctx.http_refusals = guards.location_rules(ctx, rules)
     for d in block:
         if d.name in ("server", "location", "allow", "deny", "map", "geo") or ctx.setting(d, scope):
             continue
@@ -81,10 +79,4 @@ def _http(ctx: Context, block: list[Directive], scope: Scope) -> None:
             ctx.skip(d, 'nginx: "location" is not allowed here (http level)')
     for d in servers:
         assert d.block is not None
-        server(ctx, d, d.block, scope.child(), single=len(servers) == 1, shared_rules=_shared_rules(servers))
-
-
-def _shared_rules(servers: list[Directive]) -> bool:
-    """Every server has the same allow/deny list (one shared include): it may become the global one."""
-    lists = {tuple((x.name, tuple(x.args)) for x in d.block or [] if x.name in ("allow", "deny")) for d in servers}
-    return len(lists) == 1 and bool(next(iter(lists)))
+        server(ctx, d, d.block, scope.child(), single=len(servers) == 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config.units import parse_duration_ms, parse_rate, parse_size
+from gateway.config.zones import parse_zone_key
 from gateway.http.keys import NO_DEFINED, Defined, parse_key
 from gateway.nginxconf.parser import Directive
 
@@ -152,6 +153,10 @@ def zone_problem(d: Directive, name: str, zone_size: str, defined: Defined = NO_
         parse_key(d.args[0], defined)
     except ValueError as exc:
         return f"key {d.args[0]}: {exc} (the gateway knows fewer variables than nginx)"
+    try:
+        parse_zone_key(d.args[0], defined)
+    except ValueError as exc:
+        return f"key {d.args[0]}: {exc}"
     return ""
 
 

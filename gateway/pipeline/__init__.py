@@ -1,4 +1,4 @@
-"""The per-request flow: real IP -> virtual server -> route -> access -> bans -> limits -> proxy -> log.
+"""The per-request flow: real IP -> server -> route -> access.deny, bans -> rules -> limits -> allow/deny -> proxy.
 
 ``flow``: the pipeline itself, in order, on one screen; ``limiting``: its limits step (the
 route's zones asked of the store, and nginx's status variables, headers and log lines).

@@ -1,7 +1,11 @@
 """The per-request flow, in order:
 
-    real client address -> server rules -> route match -> access rules -> route rules
-    -> limits -> proxy -> log
+    real client address -> server rules -> route match -> access.deny, bans -> route rules
+    -> limits -> allow/deny (nginx's access phase) -> proxy -> log
+
+As in nginx, the guard rules and ``return`` (the rewrite phases) answer before the limits
+(``limit_req``/``limit_conn``: the preaccess phase), and those before ``allow``/``deny``
+(the access phase): a denied client is counted by the limits first.
 
 Each step reads the immutable plan of the current configuration (snapshotted
 once per request, so a reload never mixes two configurations in one request).
@@ -133,10 +137,9 @@ class Pipeline:
         if route is None:
             return responses.error(404, accept, "no route for this URI")
         ctx.route = route
-        # 3. access rules: deny is always 403; allow is never limited nor banned; then bans
+        # 3. the global access lists: deny is always 403; allow is never limited nor banned; then bans
         if config.deny and ctx.client in config.deny:
-            errorlog.request_event("error", ctx, "access forbidden by rule")
-            return responses.error(403, accept, "access forbidden")
+            return self._forbidden(ctx, accept)
         exempt = bool(config.allow) and ctx.client in config.allow
         if self.bans.bans and not exempt:
             ban = self.bans.match(ctx.client, epoch_ms())
@@ -159,7 +162,12 @@ class Pipeline:
                 await self.limiter.take_conn(admission, ctx)
             if admission.response is not None:
                 return admission.response
-        # 5. proxy (and 6. the log line, written when the response is done)
+        # 5. allow/deny: nginx's first-match list in force for the route (its access phase)
+        if route.access is not None and not route.access.allows(ctx.client):
+            if admission is not None:
+                self.limiter.finish(admission)
+            return self._forbidden(ctx, accept)
+        # 6. proxy (and 7. the log line, written when the response is done)
         pool.in_flight += 1
         if admission is not None and admission.conn is not None and admission.conn.taken:
             # Its slots go back before the response's last bytes do, not after: a client that
@@ -185,6 +193,11 @@ class Pipeline:
         if request.transport is not None:
             request.transport.abort()
         return web.Response(status=CLOSE)
+
+    @staticmethod
+    def _forbidden(ctx: RequestContext, accept: str) -> web.Response:
+        errorlog.request_event("error", ctx, "access forbidden by rule")  # nginx's words, at its level
+        return responses.error(403, accept, "access forbidden")
 
     def _banned(self, ctx: RequestContext, ban: Ban, accept: str) -> web.Response:
         STATS.decision("", "ban", BANNED)  # a manual ban (or blocklist): no zone

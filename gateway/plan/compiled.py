@@ -24,6 +24,7 @@ from gateway.config.routes import ReturnSpec, RouteSettings, RouteSpec, RuleSpec
 from gateway.config.schema import ConfigSpec
 from gateway.config.zones import ZoneSpec
 from gateway.edge.tls import SniTable, sni_tables
+from gateway.http.access import AccessRule, AccessRules
 from gateway.http.addheader import AddedHeader
 from gateway.http.keys import KeyFn, KeyTemplate, compile_key
 from gateway.http.maps import Variables
@@ -183,6 +184,7 @@ class RoutePlan:
     ret: ReturnPlan | None = None
     rules: tuple[RulePlan, ...] = ()  # guards: the first that holds answers (before ret)
     answers: bool = False  # rules or ret: the request path's one test for both
+    access: AccessRules | None = None  # the allow/deny list in force (its own, the server's or the top's)
     label: str = ""  # the route label of the metrics (its location, as written)
 
     @property
@@ -230,8 +232,13 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
         for name, zone in zones.items()
     }
     servers: list[ServerPlan] = []
+    access = _AccessLists()
     for server in spec.servers:
-        plans = tuple(_route_plan(route, spec, key_fns, variables) for route in server.routes)
+        outer = server.access if server.access is not None else spec.access.rules
+        plans = tuple(
+            _route_plan(route, spec, key_fns, variables, access.of(route.access if route.access is not None else outer))
+            for route in server.routes
+        )
         table = LocationTable([(plan.location, plan) for plan in plans])
         servers.append(ServerPlan(name=server.name, routes=plans, table=table, rules=_rules(server.rules, variables)))
     vhosts = ServerTable([(s.names, s.listen, s.default, plan) for s, plan in zip(spec.servers, servers, strict=True)])
@@ -249,8 +256,27 @@ def compile_config(spec: ConfigSpec) -> CompiledConfig:
     )
 
 
+class _AccessLists:
+    """nginx's allow/deny lists compiled once each: the routes that inherit one list share it."""
+
+    def __init__(self) -> None:
+        self.compiled: dict[tuple[AccessRule, ...], AccessRules] = {}
+
+    def of(self, rules: tuple[AccessRule, ...] | None) -> AccessRules | None:
+        if not rules:  # none in force, or an empty list of its own: every client goes on
+            return None
+        found = self.compiled.get(rules)
+        if found is None:
+            found = self.compiled[rules] = AccessRules(rules)
+        return found
+
+
 def _route_plan(
-    route: RouteSpec, spec: ConfigSpec, key_fns: dict[str, KeyFn], variables: Variables | None
+    route: RouteSpec,
+    spec: ConfigSpec,
+    key_fns: dict[str, KeyFn],
+    variables: Variables | None,
+    access: AccessRules | None = None,
 ) -> RoutePlan:
     zones = spec.zones
     s, d = route.settings, spec.defaults
@@ -307,6 +333,7 @@ def _route_plan(
         ret=_return(route.ret, variables),
         rules=_rules(route.rules, variables),
         answers=bool(route.rules) or route.ret is not None,
+        access=access,
         label=str(route.location),
     )
 

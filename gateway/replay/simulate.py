@@ -1,8 +1,9 @@
 """Each logged request through the route table and the embedded store, on the log's clock.
 
 The decisions are the gateway's own: ``LocationTable`` picks the route, the access
-rules apply (deny = 403, allow = exempt), and ``MemoryStore.decide`` runs the pure
-limit modules (``gateway/limits``) with zone sizes bounding memory, with a clock
+rules apply (deny = 403, allow = exempt; a route's allow/deny list after its limits, as
+nginx's access phase), and ``MemoryStore.decide`` runs the pure limit modules
+(``gateway/limits``) with zone sizes bounding memory, with a clock
 that reads the log's timestamps. The statuses follow ``gateway/pipeline/limiting.py``.
 
 The client address is the logged ``$remote_addr`` (already the real client behind
@@ -122,11 +123,13 @@ class Simulator:
         if self.config.deny and ctx.client in self.config.deny:
             out.denied, out.status = True, 403
             return out
-        if (self.config.allow and ctx.client in self.config.allow) or not route.has_limits:
-            return out
         if route.rules and first_answer(route.rules, ctx) is not None:
             return out  # a rule answers before the limits: nothing taken from a zone
-        self.decide(route, ctx, req, out)
+        exempt = bool(self.config.allow) and ctx.client in self.config.allow
+        if route.has_limits and not exempt:
+            self.decide(route, ctx, req, out)
+        if route.access is not None and not out.status and not out.pending and not route.access.allows(ctx.client):
+            out.denied, out.status = True, 403  # the allow/deny list, after the limits (nginx's access phase)
         return out
 
     def decide(self, route: RoutePlan, ctx: RequestContext, req: LogRequest, out: Outcome) -> None:

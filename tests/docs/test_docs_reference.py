@@ -95,7 +95,8 @@ def _every_section(tmp: Path) -> str:
         admin: {{listen: 127.0.0.1:9180}}
         metrics: {{listen: 127.0.0.1:9145}}
         real_ip: {{from: [10.0.0.0/8], header: X-Forwarded-For, recursive: true}}
-        access: {{allow: [10.0.0.0/8], deny: [192.0.2.0/24], allow_file: {tmp}/allow.txt, deny_file: {tmp}/deny.txt}}
+        access: {{allow: [10.0.0.0/8], deny: [192.0.2.0/24], allow_file: {tmp}/allow.txt, deny_file: {tmp}/deny.txt,
+                 rules: [{{deny: 198.51.100.0/24}}]}}
         bans: {{status: 403, sync_interval: 5s}}
         store:
           redis:
@@ -120,6 +121,7 @@ def _every_section(tmp: Path) -> str:
         servers:
           - server_name: docs.test
             rules: [{{if: "$request_method = TRACE", return: 405}}]
+            access: [{{allow: 10.0.0.0/8}}, {{deny: all}}]
             routes:
               - location: /
                 upstream: app
@@ -130,6 +132,7 @@ def _every_section(tmp: Path) -> str:
               - location: /all
                 upstream: app
                 limits: [{uses}]
+                access: [{{allow: all}}]
               - location: = /old
                 return: {{code: 301, url: "https://example.com/"}}
                 rules: [{{if: $arg_x, return: {{code: 403}}}}]

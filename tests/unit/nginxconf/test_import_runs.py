@@ -211,8 +211,9 @@ def test_untranslated_guards_fail_closed(tmp_path: Path, capsys: pytest.CaptureF
     got = run(tmp_path, capsys, GUARDED)
     routes = got.routes()
     assert routes["/"] == {"location": "/", "return": {"code": 403}}
-    assert routes["/admin/"] == {"location": "/admin/", "return": {"code": 403}}
-    assert routes["/private/"] == {"location": "/private/", "return": {"code": 403}}  # deny all: exactly nginx's
+    # allow/deny: the route's own first-match list, checked after the limits as nginx's access phase
+    assert routes["/admin/"]["access"] == [{"allow": "10.0.0.0/8"}, {"deny": "all"}]
+    assert routes["/private/"]["access"] == [{"deny": "all"}] and routes["/private/"]["upstream"]
     assert routes["/api/"]["upstream"] == "127.0.0.1_9000"  # answering 204 itself is no guard
     guard = got.skipped("3")
     assert "if ($request_method !~ ^(GET|HEAD|POST)$)" in guard and "refuses every request (403)" in guard
@@ -232,9 +233,9 @@ def test_allow_open_proxies_and_says_what_reaches_the_backend(
     got = run(tmp_path, capsys, GUARDED, "--allow-open")
     routes = got.routes()
     assert routes["/"]["upstream"] == routes["/admin/"]["upstream"] == "127.0.0.1_9000"
-    assert routes["/private/"]["return"] == {"code": 403}
+    assert routes["/private/"]["access"] == [{"deny": "all"}]  # translated: --allow-open opens nothing here
+    assert routes["/admin/"]["access"] == [{"allow": "10.0.0.0/8"}, {"deny": "all"}]
     assert "requests matching ($request_method !~ ^(GET|HEAD|POST)$) reach the backend" in got.skipped("3")
-    assert "clients that (allow 10.0.0.0/8; deny all) refuses reach the backend" in got.stderr
 
 
 def test_a_server_level_guard_refuses_every_route_of_its_server(
@@ -277,17 +278,18 @@ def test_only_no_ops_left_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert got.code == 0, got.stderr
 
 
-def test_http_level_deny_becomes_access_deny_and_an_allowlist_fails_closed(
+def test_http_level_allow_deny_becomes_the_top_level_access_list(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     got = run(
         tmp_path, capsys, f"http {{ deny 192.0.2.0/24; allow all; server {{ listen 8080; location / {{ {APP} }} }} }}"
     )
-    assert got.doc["access"] == {"deny": ["192.0.2.0/24"]} and got.code == 0, got.stderr
+    assert got.doc["access"] == [{"deny": "192.0.2.0/24"}, {"allow": "all"}] and got.code == 0, got.stderr
     got = run(
         tmp_path, capsys, f"http {{ allow 10.0.0.0/8; deny all; server {{ listen 8080; location / {{ {APP} }} }} }}"
     )
-    assert got.doc["routes"] == [{"location": "/", "return": {"code": 403}}]
+    assert got.doc["access"] == [{"allow": "10.0.0.0/8"}, {"deny": "all"}] and got.code == 0, got.stderr
+    assert "access" not in got.doc["routes"][0]  # inherited, as in nginx
 
 
 def test_real_ip_said_alike_by_every_server_becomes_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -330,9 +332,7 @@ def test_authentication_fails_closed_and_internal_locations_answer_404(
     assert "clients without credentials reach the backend" in opened.skipped("1")
 
 
-def test_a_deny_list_every_server_shares_becomes_access_deny(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_server_level_list_stays_in_its_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rules = "deny 192.0.2.0/24; deny 198.51.100.7;"
     got = run(
         tmp_path,
@@ -340,7 +340,8 @@ def test_a_deny_list_every_server_shares_becomes_access_deny(
         f"http {{ server {{ listen 8080; server_name a.test; {rules} location / {{ {APP} }} }}\n"
         f"  server {{ listen 8080; server_name b.test; {rules} location / {{ {APP} }} }} }}\n",
     )
-    assert got.doc["access"] == {"deny": ["192.0.2.0/24", "198.51.100.7"]} and got.code == 0, got.stderr
+    listed = [{"deny": "192.0.2.0/24"}, {"deny": "198.51.100.7"}]
+    assert [server["access"] for server in got.doc["servers"]] == [listed, listed] and got.code == 0, got.stderr
     got = run(
         tmp_path,
         capsys,
@@ -349,7 +350,7 @@ def test_a_deny_list_every_server_shares_becomes_access_deny(
     )
     assert "access" not in got.doc
     first, second = got.doc["servers"]
-    assert first["routes"] == [{"location": "/", "return": {"code": 403}}] and second["routes"][0]["upstream"]
+    assert first["access"] == listed and "access" not in second and got.code == 0, got.stderr
 
 
 def test_server_level_try_files_and_includes_copied_from_their_host(
@@ -393,9 +394,37 @@ def test_nested_locations_inherit_allow_deny_as_nginx(tmp_path: Path, capsys: py
         f"  location /closed/ {{ deny all; location /closed/x/ {{ {APP} }} }} }} }}\n",
     )
     routes = got.routes()
-    assert routes["/admin/inner/"]["return"] == {"code": 403}  # inherits the parent's allowlist: fails closed
-    assert routes["/admin/open/"]["upstream"] == "127.0.0.1_9000"  # its own list replaces the parent's
-    assert routes["/closed/x/"]["return"] == {"code": 403}  # inherits deny all
+    allowlist = [{"allow": "10.0.0.0/8"}, {"deny": "all"}]
+    assert routes["/admin/"]["access"] == routes["/admin/inner/"]["access"] == allowlist  # inherits the parent's
+    assert routes["/admin/open/"]["access"] == [{"allow": "all"}]  # its own list replaces the parent's
+    assert routes["/closed/x/"]["access"] == [{"deny": "all"}]  # inherits deny all
+    assert got.code == 0, got.stderr
+
+
+def test_allow_deny_at_every_level_with_nginx_inheritance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    got = run(
+        tmp_path,
+        capsys,
+        "http { deny 192.0.2.1; allow all;\n"
+        f" server {{ listen 8080; server_name a.test; allow 10.0.0.0/8; allow unix:; deny all; location / {{ {APP} }}\n"
+        f"  location /open/ {{ allow all; {APP} }} location /static/ {{ root /srv; }} }}\n"
+        f" server {{ listen 8080; server_name b.test; location / {{ {APP} }}\n"
+        f"  location /files/ {{ deny all; root /srv; }}\n"
+        f"  location /app/ {{ deny 198.51.100.0/24; try_files $uri @app; }}\n"
+        f"  location @app {{ allow 198.51.100.9; deny all; {APP} }} }} }}\n",
+    )
+    assert got.doc["access"] == [{"deny": "192.0.2.1"}, {"allow": "all"}]  # http level: b.test inherits it
+    a, b = got.doc["servers"]
+    assert a["access"] == [{"allow": "10.0.0.0/8"}, {"deny": "all"}]  # unix: never matches a TCP client
+    assert "unix: peers never reach the gateway" in got.skipped("2")
+    routes_a = {r["location"]: r for r in a["routes"]}
+    routes_b = {r["location"]: r for r in b["routes"]}
+    assert "access" not in routes_a["/"] and routes_a["/open/"]["access"] == [{"allow": "all"}]
+    assert "/static/" not in routes_a  # files only: the server's list is not deny-all, nothing to route
+    assert routes_b["/files/"] == {"location": "/files/", "return": {"code": 403}}  # files, but 403 to every client
+    # try_files -> @app: nginx checks both lists, which no one first-match list says: fails closed
+    assert routes_b["/app/"]["return"] == {"code": 403}
+    assert "fail closed: location /app/" in got.stderr
 
 
 def test_a_return_that_cannot_be_translated_refuses_unless_allow_open(
@@ -430,3 +459,24 @@ def test_a_nested_regex_comes_before_the_servers_regexes(tmp_path: Path, capsys:
     ]  # fmt: skip
     assert got.routes()["~ ^/phpmyadmin/(.+\\.php)$"]["return"] == {"code": 403}
     assert "before the server's own regexes" in got.stderr
+
+
+def test_request_id_and_server_name_are_imported_where_the_gateway_takes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = run(
+        tmp_path,
+        capsys,
+        "http { log_format rid '$remote_addr $request_id \"$server_name\" $scheme'; access_log /dev/stdout rid;\n"
+        " limit_req_zone $server_name zone=site:1m rate=10r/s;\n"
+        " limit_req_zone $request_id zone=never:1m rate=1r/s;\n"
+        " server { listen 8080; server_name a.test;\n"
+        f"  location / {{ limit_req zone=site; proxy_set_header X-Request-ID $request_id; {APP}\n"
+        "   add_header X-Request-ID $request_id always; } } }\n",
+    )
+    assert got.doc["log"]["format"] == '$remote_addr $request_id "$server_name" $scheme'
+    assert got.doc["zones"]["site"]["key"] == "$server_name" and "never" not in got.doc["zones"]
+    assert "$request_id is new for every request" in got.skipped("3")
+    route = got.routes()["/"]
+    assert route["proxy_set_header"] == {"X-Request-ID": "$request_id"}
+    assert route["add_header"] == [{"name": "X-Request-ID", "value": "$request_id", "always": True}]

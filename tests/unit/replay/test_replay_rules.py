@@ -39,3 +39,22 @@ def test_requests_answered_by_rules_are_not_limited_and_do_not_count():
     ]
     got = [(o.route, o.limit_req_status) for o in outcomes(lines)]
     assert got == [("(rule)", ""), ("/", ""), ("/", "PASSED"), ("/", "REJECTED")]
+
+
+def test_an_allow_deny_list_answers_403_after_the_limits_counted_the_request():
+    config = CONFIG.replace(
+        "    rules: [{if: '$arg_drop', return: 444}]", "    access: [{allow: 10.0.0.0/8}, {deny: all}]"
+    )
+    parse, _ = line_parser(TEMPLATE)
+    t = 1_790_000_000
+    lines = [
+        f'10.0.0.1 [{t}.000] "GET /a HTTP/1.1" 200',
+        f'192.0.2.1 [{t}.100] "GET /a HTTP/1.1" 403',
+        f'192.0.2.1 [{t}.200] "GET /a HTTP/1.1" 503',  # counted by the zone first: the limit answers
+    ]
+    got = list(Simulator(load_config_text(config)).run(read_requests(lines, parse, Timing())))
+    assert [(o.status, o.denied, o.limit_req_status) for o in got] == [
+        (0, False, "PASSED"),
+        (403, True, "PASSED"),
+        (503, False, "REJECTED"),
+    ]
