@@ -6,7 +6,8 @@ answers, as nginx gives them, not failures), (2) stay alive, and
 (3) never let the upstream see a request it did not see whole: every request the
 upstream reads must be one the test sent, with the method, target and body it was
 sent with, and bytes placed inside a body must never surface as a request (request
-smuggling). The upstream is a bare socket server that accepts any method and reads
+smuggling), and (4) answer every request of a valid pipeline, in order, whatever its
+methods and bodies. The upstream is a bare socket server that accepts any method and reads
 Content-Length and chunked bodies itself, so it sees exactly what the gateway sent.
 """
 
@@ -175,6 +176,11 @@ def test_fuzzed_requests_never_crash_desync_or_5xx(fuzz_target, data):
             want.target,
             want.body,
         )
+    if wire == b"".join(s.raw for s in batch):
+        # A valid pipeline, bodies and custom methods included, is answered whole and in order.
+        assert statuses(response) == [200] * count, (wire[:300], response[-300:])
+        seen = [next(v for k, v in head["headers"] if k.lower() == "x-fuzz-id") for head in upstream.heads[before:]]
+        assert seen == [s.ident for s in batch], wire[:300]
 
 
 def test_the_gateway_still_serves_after_the_fuzzing(fuzz_target):
