@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -107,11 +108,11 @@ def _announce(budget: Budget | None) -> None:
 
 class EdgeProtocol(RequestHandler):
     __slots__ = (
-        "_at_boundary",
         "_body",
         "_body_since",
         "_edge",
         "_fed",
+        "_framer",
         "_held",
         "_ip_key",
         "_refused",
@@ -131,7 +132,7 @@ class EdgeProtocol(RequestHandler):
         self.proxy: ProxyHeader | None = None  # the PROXY protocol header of the connection, if any
         self.tls: Any = None  # the connection's ssl.SSLObject on a TLS listener ($scheme https)
         self._refused = False
-        self._at_boundary = True  # the next byte starts a request
+        self._framer = requestline.Framer()  # where the requests start in the bytes that arrive
         self._held = b""  # the start of a request line, kept until its method is whole
         self._fed = 0  # bytes parsed since the packet that completed the last request
         # The real methods of the next parsed requests, in order (None: not renamed).
@@ -241,31 +242,63 @@ class EdgeProtocol(RequestHandler):
         if self._payload_parser is not None or self._upgraded:
             super().data_received(data)  # a WebSocket, or the bytes after an upgrade request
             return
-        held = b""
         if self._held:
             data, self._held = self._held + data, b""
-        if self._at_boundary and data:
-            if requestline.single_known_request(data):
+        framer = self._framer
+        while True:
+            if not data or (framer.state == requestline.BOUNDARY and requestline.single_known_request(data)):
+                if not data:
+                    self._feed(data)  # the parser goes on with what it kept (a queue that drained)
+                    return
                 if self._renames:  # keep the queue in step with the requests (None: not renamed)
                     self._renames.append(None)
-            else:
-                scan = requestline.scan(data)
-                if scan.http09:
-                    self._queue_error(400, "HTTP/0.9 request")
+                messages = self._feed(data)
+                # One message, without a body or a switch: this packet's request, and the next
+                # byte starts one (a parser holding older bytes would have given more than one).
+                # Otherwise the framer reads the header's framing itself.
+                if messages is not None and not (
+                    len(messages) == 1
+                    and messages[0][1] is EMPTY_PAYLOAD
+                    and not getattr(messages[0][0], "upgrade", True)
+                ):
+                    framer.single(data)
+                return
+            scan = framer.scan(data)
+            if scan.http09:
+                self._queue_error(400, "HTTP/0.9 request")
+                return
+            self._renames.extend(scan.methods)
+            parts = scan.parts
+            for index, part in enumerate(parts):
+                if self._upgraded:  # a switch the framer did not see coming: the bytes wait, as they came
+                    scan.rest = b"".join(parts[index:]) + scan.held + scan.rest
+                    scan.held = b""
+                    break
+                if self._force_close or self._feed(part) is None:
+                    framer.lost()
                     return
-                self._renames.extend(scan.methods)
-                data, held = scan.data, scan.held
-                if not data:
-                    self._held = held
-                    return
+            self._held = scan.held
+            data = scan.rest
+            if not data:
+                return
+            if self._upgraded:  # the switch is the handler's to accept: until then the bytes wait
+                self._message_tail += data
+                return
+            # the parser declined the switch (it takes only WebSocket) and goes on: so do we
+
+    def _feed(self, data: bytes) -> Sequence[Any] | None:
+        """Parse ``data`` and queue the requests it completes (returned); None after a parse error."""
         fed = self._fed + len(data)
         assert self._parser is not None
+        ok = True
         try:
             messages, upgraded, tail = self._parser.feed_data(data)
         except HttpProcessingError as exc:
             messages = [(_ErrInfo(status=400, exc=exc, message=exc.message), EMPTY_PAYLOAD)]
             upgraded = False
             tail = b""
+            ok = False
+            self._framer.lost()
         if messages:
             if self._keepalive_handle is not None:
                 # A whole header arrived: its timer is done. aiohttp arms keepalive_timeout
@@ -275,20 +308,18 @@ class EdgeProtocol(RequestHandler):
             messages = self._adjust(messages, fed)
             # Counted from this packet on (more than what is left of it: a bound, not a measure).
             self._fed = len(data)
-            # The parser is between requests if the last one has no body and the packet ends
-            # with its header, and the message queue did not make it pause (keeping a tail).
-            self._at_boundary = (
-                messages[-1][1] is EMPTY_PAYLOAD
+            framer = self._framer
+            # Found again: the parser is between requests if the last one has no body and the
+            # packet ends with its header, and the message queue did not make it pause (keeping a tail).
+            if (
+                framer.state == requestline.UNKNOWN
+                and messages[-1][1] is EMPTY_PAYLOAD
                 and data.endswith(b"\r\n\r\n")
                 and len(self._messages) + len(messages) < MAX_MSG_QUEUE_SIZE - 1
-            )
+            ):
+                framer.state = requestline.BOUNDARY
         else:
             self._fed = fed
-            if data.strip(b"\r\n"):
-                self._at_boundary = False
-        if held:  # what was fed ended with whole requests without a body: the held bytes start one
-            self._held = held
-            self._at_boundary = True
         for item in messages:
             self._request_count += 1
             self._messages.append(item)
@@ -300,6 +331,23 @@ class EdgeProtocol(RequestHandler):
         self._upgraded = upgraded
         if upgraded and tail:
             self._message_tail = tail
+        return messages if ok else None
+
+    def finish_response(  # not a coroutine of its own: the base's is returned, one frame less per request
+        self, request: BaseRequest, resp: StreamResponse, start_time: float | None
+    ) -> Coroutine[Any, Any, tuple[StreamResponse, bool]]:
+        # An upgrade the handler declined: the requests queued behind it are parsed here, as
+        # aiohttp would, but through data_received, so their custom methods are renamed too.
+        if self._upgraded and not self._messages and self._payload_parser is None and self._parser is not None:
+            self._parser.set_upgraded(False)
+            self._upgraded = False
+            tail, self._message_tail = self._message_tail, b""
+            self._framer.state = requestline.BOUNDARY  # the upgrade request was whole: one starts here
+            if tail:
+                self.data_received(tail)
+                if self._buffer_paused and len(self._messages) < self._max_msg_queue_size:
+                    self._resume_reading_if_drained()
+        return RequestHandler.finish_response(self, request, resp, start_time)
 
     def _adjust(self, messages: Any, fed: int) -> list[Any]:
         """Put back a renamed method; apply keep-alive and the whole-header size limit
@@ -333,7 +381,7 @@ class EdgeProtocol(RequestHandler):
         error = HttpProcessingError(code=status, message=reason)
         self._messages.append((_ErrInfo(status=status, exc=error, message=reason), EMPTY_PAYLOAD))
         self._request_count += 1
-        self._at_boundary = False
+        self._framer.lost()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -14,7 +14,10 @@ Order, as in ``ngx_http_core_find_location``:
 
 URIs are matched after nginx-style normalisation: percent-decoding, merging of
 slashes and resolution of ``.`` and ``..``. A URI that cannot be normalised
-(bad escape, ``..`` above the root, NUL byte) is a client error (400).
+(bad escape, ``..`` above the root, NUL byte) is a client error (400). So is one
+that common backends would resolve to a path routed elsewhere (``;`` path
+parameters, ``\\`` as a separator, double-encoded or overlong escapes): the
+gateway routes on what the backend will see (docs/security.md).
 """
 
 from __future__ import annotations
@@ -97,22 +100,39 @@ def _percent_decode(data: bytes) -> bytes:
         pos = cut + 3
 
 
+# After one decoding, what a backend that decodes twice (or decodes overlong UTF-8, as old
+# servers did) would read as a separator, a dot, a path parameter or NUL: refused, as no
+# location can be chosen for what such a backend sees.
+_SECOND_LEVEL = re.compile(rb"%(?:2[eEfF]|5[cC]|3[bB]|00)|[\xc0\xc1]|\xe0[\x80-\x9f]|\xf0[\x80-\x8f]")
+
+
 def normalize_uri(raw_path: str) -> str:
     """Return nginx's ``$uri`` for a raw request path (no query string).
 
     Bytes that are not UTF-8 are kept as surrogate escapes so that matching never fails.
+    Beyond nginx: an escape that still encodes a separator, dot, ``;`` or NUL once decoded
+    (``%252e``), and overlong UTF-8 (``%c0%ae``), are refused (see docs/security.md).
     """
     if not raw_path.startswith("/"):
         raise BadURI("request target must start with '/'")
-    if "%" in raw_path:
+    if "%" in raw_path or not raw_path.isascii():
         data = _percent_decode(raw_path.encode("utf-8", "surrogateescape"))
         if b"\x00" in data:
             raise BadURI("NUL byte in URI")
+        if _SECOND_LEVEL.search(data):
+            raise BadURI("double-encoded or overlong escape in URI")
         path = data.decode("utf-8", "surrogateescape")
     elif "\x00" in raw_path:
         raise BadURI("NUL byte in URI")
     else:
         path = raw_path
+    if "//" not in path and "/." not in path:
+        return path
+    return resolve_dots(path)
+
+
+def resolve_dots(path: str) -> str:
+    """Merge slashes and resolve ``.`` and ``..`` in a decoded path, as nginx does."""
     if "//" not in path and "/." not in path:
         return path
     segments: list[str] = []
@@ -135,10 +155,33 @@ def normalize_uri(raw_path: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Match(Generic[T]):
-    """The result of a lookup: a route, or a redirect target (auto-redirect), or nothing."""
+    """The result of a lookup: a route, or a redirect target (auto-redirect), or nothing,
+    or a refusal (400: a backend could read the URI as one that routes elsewhere)."""
 
     route: T | None
     redirect: str | None = None
+    refused: str = ""
+
+
+def backend_readings(uri: str) -> list[str]:
+    """The other paths common backends resolve ``uri`` to, beyond nginx's own reading.
+
+    * ``;`` starts a path parameter in each segment for Tomcat, Jetty and Spring:
+      ``/admin;x=y`` is ``/admin`` to them, ``/public/..;/admin`` is ``/admin``;
+    * ``\\`` is a separator for IIS, ASP.NET and WHATWG URL parsers (Node):
+      ``/public\\..\\admin`` is ``/admin`` to them.
+
+    Raises BadURI when a reading climbs above the root."""
+    readings = []
+    if ";" in uri:
+        stripped = "/".join(segment.split(";", 1)[0] for segment in uri.split("/"))
+        readings.append(resolve_dots(stripped))
+    if "\\" in uri:
+        slashed = uri.replace("\\", "/")
+        readings.append(resolve_dots(slashed))
+        if ";" in uri:
+            readings.append(resolve_dots("/".join(segment.split(";", 1)[0] for segment in slashed.split("/"))))
+    return readings
 
 
 class LocationTable(Generic[T]):
@@ -182,11 +225,25 @@ class LocationTable(Generic[T]):
     def match(self, uri: str) -> Match[T]:
         cache = self._cache
         if cache is None:
-            return self._decide(uri)
+            return self._decide(uri) if ";" not in uri and "\\" not in uri else self._unambiguous(uri)
         found = cache.get(uri)
         if found is None:
-            found = self._decide(uri)
+            found = self._decide(uri) if ";" not in uri and "\\" not in uri else self._unambiguous(uri)
             cache.put(uri, found)
+        return found
+
+    def _unambiguous(self, uri: str) -> Match[T]:
+        """The decision for ``uri``, unless a backend's reading of it (``backend_readings``)
+        would be decided otherwise: then a refusal, as no one location holds for it."""
+        found = self._decide(uri)
+        try:
+            readings = backend_readings(uri)
+        except BadURI:
+            return Match(None, refused="a backend reads this URI as above the root")
+        for reading in readings:
+            other = self._decide(reading)
+            if other.route is not found.route or other.redirect != found.redirect:
+                return Match(None, refused="a backend reads this URI as one routed elsewhere")
         return found
 
     def _decide(self, uri: str) -> Match[T]:

@@ -130,6 +130,8 @@ class Pipeline:
             if ret is not None:
                 return self._answer(request, ctx, ret, accept)
         match = server.table.match(ctx.uri)
+        if match.refused:  # a backend would read the URI as one routed elsewhere (routing.backend_readings)
+            return responses.error(400, accept, match.refused)
         if match.redirect is not None:
             query = f"?{ctx.raw_query}" if ctx.raw_query else ""
             return responses.redirect(match.redirect + query)

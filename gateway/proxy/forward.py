@@ -35,7 +35,7 @@ from gateway.proxy.headers import request_head
 from gateway.proxy.http1 import ResponseHead, UpstreamFailure
 from gateway.proxy.nextupstream import NextUpstream
 from gateway.proxy.respond import Head, ProxiedResponse, send, writer_of
-from gateway.proxy.rewrite import UpstreamRewrite
+from gateway.proxy.rewrite import UpstreamRewrite, forwarded_target
 from gateway.proxy.spool import BufferPolicy, RequestSpool, ResponseSpool
 from gateway.proxy.upstream import UpstreamPool
 
@@ -131,7 +131,7 @@ async def _forward(
     rewrite: UpstreamRewrite | None,
 ) -> web.StreamResponse:
     """Try the upstream's servers in turn with a body that is streamed, buffered or absent."""
-    target, set_fields = (ctx.raw_target, None) if rewrite is None else rewrite.apply(ctx)
+    target, set_fields = (forwarded_target(ctx), None) if rewrite is None else rewrite.apply(ctx)
     accept = headers.get("Accept", "")
     buffered = isinstance(body, RequestSpool)
     chunked = body is not None and not buffered and request.content_length is None

@@ -9,6 +9,10 @@ again with nginx's ``NGX_ESCAPE_URI`` set: bytes 00-1F, space, ``#``, ``%``, ``?
 from the client reaches the upstream as ``/``, as with nginx). Without escapes in
 the client's path, the rest is sent as normalised. The query string (``$args``)
 follows unchanged. An exact location replaces the whole URI.
+
+Without ``uri`` (``forwarded_target``), the client's target goes as it came when its path
+is already ``$uri``, and ``$uri`` escaped the same way otherwise: the upstream resolves
+the path the gateway routed on, never another (docs/security.md).
 """
 
 from __future__ import annotations
@@ -29,6 +33,21 @@ def escape_uri(text: str) -> str:
     return "".join([_TABLE[b] for b in data])
 
 
+def forwarded_target(ctx: RequestContext) -> str:
+    """The request target for the upstream of a route without ``uri``: the client's own when
+    its path is ``$uri`` already; otherwise ``$uri`` escaped again (as nginx sends it when
+    ``proxy_pass`` has a URI) and the query as it came. So the upstream never receives dot
+    segments, merged slashes or escaped separators (``/public/..%2fadmin``, ``//admin``,
+    ``%2e%2e``) that it could resolve to another path than the one the gateway routed on."""
+    raw = ctx.raw_target
+    uri = ctx.uri
+    size = len(uri)
+    if raw.startswith(uri) and (len(raw) == size or raw[size] == "?"):
+        return raw
+    query_at = raw.find("?")
+    return escape_uri(uri) + raw[query_at:] if query_at >= 0 else escape_uri(uri)
+
+
 def upstream_target(ctx: RequestContext, prefix_len: int, replacement: str) -> str:
     """The request target for the upstream: ``replacement`` + the rest of ``$uri`` + ``?args``."""
     rest = ctx.uri[prefix_len:]
@@ -47,5 +66,5 @@ class UpstreamRewrite:
     set_fields: Callable[[RequestContext], SetFields] | None
 
     def apply(self, ctx: RequestContext) -> tuple[str, SetFields | None]:
-        target = upstream_target(ctx, self.uri_cut, self.uri) if self.uri is not None else ctx.raw_target
+        target = upstream_target(ctx, self.uri_cut, self.uri) if self.uri is not None else forwarded_target(ctx)
         return target, self.set_fields(ctx) if self.set_fields is not None else None

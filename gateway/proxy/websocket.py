@@ -34,7 +34,7 @@ from gateway.proxy.forward import DEFAULT_BUFFERS, relay
 from gateway.proxy.headers import request_head, switch_response_headers
 from gateway.proxy.http1 import Connection, ResponseHead
 from gateway.proxy.nextupstream import NextUpstream
-from gateway.proxy.rewrite import UpstreamRewrite
+from gateway.proxy.rewrite import UpstreamRewrite, forwarded_target
 from gateway.proxy.spool import BufferPolicy
 from gateway.proxy.tunnel import End, Tunnel
 from gateway.proxy.upstream import UpstreamPool
@@ -70,7 +70,7 @@ async def forward_websocket(
         refused = responses.error(400, accept, "a WebSocket handshake has no body")
         refused.force_close()  # the body was not read
         return refused
-    target, set_fields = (ctx.raw_target, None) if rewrite is None else rewrite.apply(ctx)
+    target, set_fields = (forwarded_target(ctx), None) if rewrite is None else rewrite.apply(ctx)
     head = request_head(
         ctx.method,
         target,

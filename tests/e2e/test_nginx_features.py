@@ -53,7 +53,8 @@ async def test_proxy_pass_uri_replaces_the_matched_prefix(gateway_factory, upstr
         (b"/api/caf%C3%A9", "/v1/caf%C3%A9"),
         (b"/exact?k=v", "/other/place?k=v"),  # an exact location: the whole URI replaced
         (b"/root/x", "/x"),
-        (b"/plain//x/%41?y", "/plain//x/%41?y"),  # no uri: the target as the client sent it
+        (b"/plain/x/y;p?q=%2F..", "/plain/x/y;p?q=%2F.."),  # no uri, the path is $uri already: as sent
+        (b"/plain//x/%41?y", "/plain/x/A?y"),  # no uri, the path is not $uri: $uri re-escaped, the query as sent
     ]
     for target, expected in cases:
         out = await raw(gw.port, b"GET " + target + b" HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")

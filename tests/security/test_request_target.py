@@ -134,3 +134,40 @@ def test_a_header_over_the_four_buffers_is_refused(gw, raw_upstream):
     response = exchange(gw.port, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n" + fields + b"\r\n")
     assert status(response) in (400, 431)
     assert raw_upstream.heads == []
+
+
+@pytest.mark.parametrize(
+    ("target", "upstream_target"),
+    [
+        ("/x/..%2fpublic", "/public"),
+        ("//public?q=1", "/public?q=1"),
+        ("/a/%2e%2e/b%20c", "/b%20c"),
+        ("/a/./b/", "/a/b/"),
+        ("/plain/path?x=%2F..", "/plain/path?x=%2F.."),  # the query goes as it came
+        ("/public;jsessionid=1", "/public;jsessionid=1"),  # stripping the parameter routes the same
+        ("/caf%C3%A9", "/caf%C3%A9"),
+    ],
+)
+def test_the_upstream_gets_the_path_the_gateway_routed_on(gw, raw_upstream, target, upstream_target):
+    response = exchange(gw.port, f"GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
+    assert status(response) == 200
+    assert [head["target"] for head in raw_upstream.heads] == [upstream_target]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/admin;x=y",  # Tomcat and Spring serve /admin
+        "/public/..;/admin/x",
+        "/login;a/..;/admin/",  # the Tomcat reading climbs out of /login
+        "/public\\..\\admin/",  # IIS and WHATWG parsers serve /admin/
+        "/%5cadmin/",
+        "/%252e%252e/admin",  # a backend that decodes twice serves /admin
+        "/x/%252f..%252fadmin",
+        "/%c0%ae%c0%ae/admin",  # overlong UTF-8: old decoders read ..
+    ],
+)
+def test_a_target_a_backend_would_route_elsewhere_is_refused(gw, raw_upstream, target):
+    response = exchange(gw.port, f"GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
+    assert status(response) == 400, response[:200]
+    assert raw_upstream.heads == []

@@ -67,11 +67,19 @@ async def status(url: str, **kwargs: Any) -> int:
     return (await request("GET", url, **kwargs)).status
 
 
-def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
-    """Send raw ``data`` to 127.0.0.1:``port`` and read until the server closes (or ``timeout``)."""
+def exchange(port: int, data: bytes | list[bytes], timeout: float = 5.0, pause: float = 0.05) -> bytes:
+    """Send raw ``data`` to 127.0.0.1:``port`` and read until the server closes (or ``timeout``).
+
+    A list is sent as separate packets, ``pause`` seconds apart (Nagle off)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.settimeout(timeout)
-        sock.sendall(data)
+        if isinstance(data, bytes):
+            sock.sendall(data)
+        else:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for piece in data:
+                sock.sendall(piece)
+                time.sleep(pause)
         out = b""
         try:
             while chunk := sock.recv(65536):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.http.routing import BadURI, LocationTable, normalize_uri, parse_location
+from gateway.http.routing import BadURI, LocationTable, backend_readings, normalize_uri, parse_location
 from tests.support.paths import SCRIPTS
 
 sys.path.insert(0, str(SCRIPTS))
@@ -228,3 +228,43 @@ def test_regexes_anchored_on_a_literal_agree_with_the_reference(uri):
     # literal also matches the Kelvin sign for k and the long s for s (Python's Unicode folding)
     t, ref = both(["/", "~ \\.jpg$", "~* \\.GIF$", "~* ^/K", "~* s$", "~ ^/ks"])
     assert answer(t.match(uri)) == ref.match(uri)
+
+
+@pytest.mark.parametrize(
+    ("uri", "readings"),
+    [
+        ("/admin;x=y", ["/admin"]),
+        ("/public/..;/admin", ["/admin"]),
+        ("/a;b/c;d/", ["/a/c/"]),
+        ("/public\\..\\admin", ["/admin"]),
+        ("/a\\b;x/..;/c", ["/c", "/a/b;x/..;/c", "/a/c"]),
+        ("/plain", []),
+    ],
+)
+def test_backend_readings(uri, readings):
+    assert backend_readings(uri) == readings
+
+
+def test_a_reading_above_the_root_is_a_bad_uri():
+    with pytest.raises(BadURI):
+        backend_readings("/..;/x")
+
+
+@pytest.mark.parametrize("raw", ["/%252e", "/%252F", "/a%255c", "/%253b", "/%2500", "/%c0%ae", "/%C1%9C", "/%e0%80%ae"])
+def test_double_encoded_and_overlong_escapes_are_bad_uris(raw):
+    with pytest.raises(BadURI):
+        normalize_uri(raw)
+
+
+@pytest.mark.parametrize("raw", ["/%25", "/%2541", "/caf%C3%A9", "/%e0%a4%85"])
+def test_other_escapes_pass(raw):
+    normalize_uri(raw)
+
+
+def test_a_uri_a_backend_reads_as_routed_elsewhere_is_refused():
+    routes = table("= /admin", "/admin/", "/")
+    assert routes.match("/admin;x=y").refused
+    assert routes.match("/a\\..\\admin/x").refused
+    assert routes.match("/..;/admin").refused
+    assert routes.match("/public;jsessionid=1") == routes.match("/public")
+    assert routes.match("/admin/x;y").route == "/admin/"
