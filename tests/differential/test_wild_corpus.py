@@ -540,6 +540,7 @@ def _zones_of(doc: dict[str, object]) -> dict[str, str]:
     return {name: str(z["rate"]) if z.get("type", "req") == "req" else "conn" for name, z in zones.items()}
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_real_config_decides_like_nginx(case: Case, tmp_path: Path) -> None:
     binary = find_nginx()
