@@ -47,7 +47,7 @@ class ZoneOutcome:
 @dataclass(slots=True)
 class Outcome:
     t_ms: int
-    route: str  # the location, or "(no route)", "(redirect)", "(bad uri)", "(rule)" (a server rule answered)
+    route: str  # the location, or "(no route)", "(redirect)", "(bad uri)" (refused), "(rule)" (a server rule answered)
     limit_req_status: str = ""
     limit_conn_status: str = ""
     limit_count_status: str = ""
@@ -113,7 +113,7 @@ class Simulator:
             return out
         match = server.table.match(ctx.uri)
         if match.route is None:
-            out.route = "(redirect)" if match.redirect else "(no route)"
+            out.route = "(bad uri)" if match.refused else "(redirect)" if match.redirect else "(no route)"
             return out
         route = match.route
         name = self._names.get(id(route))

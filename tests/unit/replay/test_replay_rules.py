@@ -58,3 +58,15 @@ def test_an_allow_deny_list_answers_403_after_the_limits_counted_the_request():
         (403, True, "PASSED"),
         (503, False, "REJECTED"),
     ]
+
+
+def test_a_target_a_backend_would_read_elsewhere_is_a_bad_uri_and_takes_nothing():
+    config = CONFIG.replace("  - location: /\n", "  - location: /admin\n    return: 403\n  - location: /\n")
+    parse, _ = line_parser(TEMPLATE)
+    t = 1_790_000_000
+    lines = [
+        f'10.0.0.1 [{t}.000] "GET /public/..;/admin HTTP/1.1" 400',  # Tomcat and Spring read /admin
+        f'10.0.0.1 [{t}.100] "GET /a HTTP/1.1" 200',
+    ]
+    got = list(Simulator(load_config_text(config)).run(read_requests(lines, parse, Timing())))
+    assert [(o.route, o.limit_req_status) for o in got] == [("(bad uri)", ""), ("/", "PASSED")]
