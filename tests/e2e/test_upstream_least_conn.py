@@ -74,6 +74,7 @@ def slow_fast() -> Iterator[tuple[Upstream, Upstream]]:
     fast.stop()
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(("balance", "most_for_slow"), [("least_conn", 12), ("round_robin", 30)])
 async def test_a_slow_server_gets_fewer_requests(gateway_factory, slow_fast, balance: str, most_for_slow: int) -> None:
     slow, fast = slow_fast

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +101,18 @@ class Gateway:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
-    def access_lines(self, wait: float = 0.3) -> list[str]:
-        time.sleep(wait)  # the access log is flushed every 100 ms
-        return [line for line in self.stdout().splitlines() if line.strip()]
+    def access_lines(self, wait: float = 0.3, until: Callable[[list[str]], bool] | None = None) -> list[str]:
+        """The access log's lines. With ``until``, as soon as it holds for them (within 20 s: the log is
+        flushed every 100 ms, later on a busy machine); without, after ``wait`` seconds."""
+        if until is None:
+            time.sleep(wait)
+            return [line for line in self.stdout().splitlines() if line.strip()]
+        deadline = time.monotonic() + 20
+        while True:
+            lines = [line for line in self.stdout().splitlines() if line.strip()]
+            if until(lines) or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.02)
 
     def access_json(self, wait: float = 0.3) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.access_lines(wait)]
