@@ -44,6 +44,7 @@ from gateway.config.units import parse_duration_ms
 from gateway.errors import BanStoreError, ConfigErrors, GatewayError
 from gateway.logs import error as errorlog
 from gateway.plan import load_config
+from gateway.replay.logread import MAX_WINDOW_MS
 from gateway.runtime import pidfile
 
 DEFAULT_CONFIG = "conf/limits.yaml"
@@ -154,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_window_ms,
         default="120s",
         metavar="DURATION",
-        help="how far out of order log lines are put back in order (default: %(default)s)",
+        help="how far out of order log lines are put back in order, at most 1h (default: %(default)s)",
     )
     rep.add_argument("--json", action="store_true", help="print the report as JSON")
     rep.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
@@ -168,6 +169,10 @@ def _window_ms(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if ms < 1000:
         raise argparse.ArgumentTypeError(f"{text!r}: the reorder window is at least 1s (log times are whole seconds)")
+    if ms > MAX_WINDOW_MS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the reorder window is at most 1h (the lines of one window are held in memory)"
+        )
     return ms
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDictProxy
@@ -15,6 +16,21 @@ from gateway.http.realip import ClientAddr
 
 if TYPE_CHECKING:
     from aiohttp.web import BaseRequest
+
+
+@lru_cache(maxsize=1024)
+def host_of(authority: str) -> str:
+    """nginx's ``$host`` of a Host header or an authority, as ``ngx_http_validate_host`` leaves it:
+    without userinfo and port, lower case, and without one trailing dot (``Example.ORG.:8080`` is
+    ``example.org``: the same name to DNS, so to ``if ($host = ...)``, keys and server names).
+    Two dots in a row never get here: ``gateway.http.validate`` refuses them, as nginx does."""
+    host = authority.rsplit("@", 1)[-1]
+    if host.startswith("["):
+        return host[: host.find("]") + 1].lower()
+    host = host.split(":", 1)[0]
+    if host.endswith("."):
+        host = host[:-1]
+    return host.lower()
 
 
 class RequestContext:
@@ -81,12 +97,7 @@ class RequestContext:
         query_at = self.raw_target.find("?")
         self.raw_query: str = self.raw_target[query_at + 1 :] if query_at >= 0 else ""
         self.uri: str = ""
-        host = authority.rsplit("@", 1)[-1]
-        if host.startswith("["):
-            host = host[: host.find("]") + 1]
-        else:
-            host = host.split(":", 1)[0]
-        self.host: str = host.lower()
+        self.host: str = host_of(authority)
         self.scheme = scheme
         self.server_port = server_port
         self.peer = peer

@@ -165,15 +165,50 @@ def _arg(name: str) -> KeyFn:
     return extract
 
 
+def cookie_value(header: bytes, name: bytes) -> bytes | None:
+    """The value of cookie ``name`` (lower case) in one ``Cookie`` header, as nginx 1.22's
+    ``ngx_http_parse_multi_header_lines`` finds it; None when it is not there.
+
+    A pair starts at the header's start or after ``;`` or ``,`` and the spaces after it; its name
+    matches without regard to ASCII case, then spaces, ``=``, spaces; the value runs to the next
+    ``;`` (a ``,`` or a quote is part of it, trailing spaces too). When the name is followed by
+    anything but ``=``, nginx steps over that one byte before looking for the next separator
+    (``admin;admin=yes`` has no ``admin``): kept, so that both read the same value."""
+    n = len(name)
+    end = len(header)
+    if n > end:
+        return None
+    lowered = header.lower()  # bytes.lower(): ASCII only, as ngx_strncasecmp
+    start = 0
+    while start < end:
+        if lowered.startswith(name, start):
+            start += n
+            while start < end and header[start] == 0x20:
+                start += 1
+            if start < end:
+                start += 1
+                if header[start - 1] == 0x3D:  # "="
+                    while start < end and header[start] == 0x20:
+                        start += 1
+                    last = header.find(b";", start)
+                    return header[start:] if last < 0 else header[start:last]
+        while start < end:  # to the byte after the next ";" or ","
+            start += 1
+            if header[start - 1] in b";,":
+                break
+        while start < end and header[start] == 0x20:
+            start += 1
+    return None
+
+
 def _cookie(name: str) -> KeyFn:
-    wanted = name.lower()
+    wanted = name.lower().encode("utf-8", "surrogateescape")
 
     def extract(ctx: RequestContext) -> bytes:
-        for header in ctx.headers.getall("Cookie", ()):
-            for pair in header.split(";"):
-                key, _, val = pair.strip().partition("=")
-                if key.lower() == wanted:
-                    return val.encode("utf-8", "surrogateescape")
+        for header in ctx.headers.getall("Cookie", ()):  # in order: the first header that has it wins
+            value = cookie_value(header.encode("utf-8", "surrogateescape"), wanted)
+            if value is not None:
+                return value
         return b""
 
     return extract

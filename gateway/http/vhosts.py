@@ -2,7 +2,7 @@
 
 The local address the connection arrived on picks the servers that listen there (a
 server listening on a specific address hides the wildcard ones on that address, as in
-nginx); then ``$host`` (lower case, without port) picks among them:
+nginx); then ``$host`` (lower case, without port and without one trailing dot) picks among them:
 
 1. an exact name;
 2. the longest leading wildcard (``*.example.org``, ``.example.org``);
@@ -58,7 +58,8 @@ class NameTable(Generic[S]):
         self.default: S = default if default is not None else servers[0][2]
 
     def find(self, host: str) -> S:
-        host = host.rstrip(".")
+        """The server for ``host``, nginx's ``$host`` (``gateway.http.context.host_of``): lower case,
+        without port or trailing dot."""
         server = self.exact.get(host)
         if server is not None:
             return server

@@ -2,7 +2,9 @@
 
 A ``proxy_pass`` to a host that no ``upstream`` block names makes an upstream of its own
 (``host_port``); ``proxy_pass http://unix:/path:/uri`` one whose server is that socket
-(``unix__path``), as nginx's implicit upstream. Servers may be ``unix:/path`` sockets, and
+(``unix__path``), as nginx's implicit upstream: one per scheme and address, so ``https://`` to
+an address does not turn its ``http://`` routes to TLS, and two addresses whose names sanitise
+alike get ``_2``, ``_3``... rather than one upstream. Servers may be ``unix:/path`` sockets, and
 ``least_conn``, ``ip_hash`` and ``hash`` are translated as ``balance:``. A ``proxy_pass`` to an
 upstream block that was not translated is skipped: no upstream is ever invented for it.
 The ``proxy_*_timeout`` and ``proxy_next_upstream_tries`` of the routes
@@ -11,6 +13,7 @@ that use an upstream become that upstream's settings (the gateway sets them per 
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -40,6 +43,8 @@ class Upstreams:
         self.upstreams: dict[str, Doc] = {}
         self.where: dict[tuple[str, str], str] = {}  # (upstream, key) -> where the value was first set
         self.dropped: dict[str, str] = {}  # upstream blocks not translated: name -> where
+        self.implicit: dict[tuple[str, str], str] = {}  # (scheme, address) of a proxy_pass -> its upstream
+        self.named: dict[tuple[str, str], str] = {}  # (scheme, upstream block) of a proxy_pass -> its upstream
 
     def upstream(self, d: Directive) -> None:
         if d.block is None or len(d.args) != 1:
@@ -118,8 +123,8 @@ class Upstreams:
                 d, f'upstream "{host}" was not translated (see {self.dropped[host]}): no address to send to'
             )
             return None
-        if host in self.upstreams:
-            name = host
+        if host in self.upstreams and host not in self.implicit.values():  # an upstream block
+            name = self._named(scheme, host)
         else:
             port = "443" if scheme == "https" else "80"
             address = host if re.search(r":\d+$", host) else f"{host}:{port}"
@@ -127,11 +132,7 @@ class Upstreams:
             if problem:
                 self.result.skip(d, f"proxy_pass to {host}: {problem}")
                 return None
-            name = re.sub(r"[^A-Za-z0-9_.-]", "_", address)
-            if name not in self.upstreams:
-                self.upstreams[name] = {"servers": [address]}
-        if scheme == "https":
-            self.upstreams[name]["scheme"] = "https"
+            name = self._implicit(scheme, address)
         route.data["upstream"] = name
         return uri
 
@@ -148,13 +149,43 @@ class Upstreams:
         if uri and regex:
             self.result.skip(d, 'nginx: "proxy_pass" cannot have URI part in location given by regular expression')
             return None
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", address)
-        if name not in self.upstreams:
-            self.upstreams[name] = {"servers": [address]}
-        if scheme.lower() == "https":
-            self.upstreams[name]["scheme"] = "https"
-        route.data["upstream"] = name
+        route.data["upstream"] = self._implicit(scheme.lower(), address)
         return uri or None
+
+    def _free(self, base: str) -> str:
+        """``base``, or ``base_2``, ``base_3``...: the first that no upstream has yet."""
+        name, n = base, 1
+        while name in self.upstreams:
+            n += 1
+            name = f"{base}_{n}"
+        return name
+
+    def _named(self, scheme: str, block: str) -> str:
+        """The upstream of ``proxy_pass scheme://block``: the block's own for the first scheme used
+        with it, a copy (``block_https``) for the other, as nginx speaks TLS per ``proxy_pass``."""
+        name = self.named.get((scheme, block))
+        if name is None:
+            if not any(b == block for _, b in self.named):
+                name = block
+            else:
+                name = self._free(f"{block}_{scheme}")
+                self.upstreams[name] = copy.deepcopy({k: v for k, v in self.upstreams[block].items() if k != "scheme"})
+            if scheme == "https":
+                self.upstreams[name]["scheme"] = "https"
+            self.named[(scheme, block)] = name
+        return name
+
+    def _implicit(self, scheme: str, address: str) -> str:
+        """The name of nginx's implicit upstream of ``scheme://address``: one per (scheme, address),
+        named after the address, with ``_2``, ``_3``... when another upstream has that name (an
+        upstream block, or a path that sanitises alike: ``/run/a/b.sock``, ``/run/a_b.sock``)."""
+        name = self.implicit.get((scheme, address))
+        if name is not None:
+            return name
+        name = self._free(re.sub(r"[^A-Za-z0-9_.-]", "_", address))
+        self.upstreams[name] = {"servers": [address], **({"scheme": "https"} if scheme == "https" else {})}
+        self.implicit[(scheme, address)] = name
+        return name
 
     def for_route(self, name: str, scope: Scope) -> None:
         """The timeouts and tries a route sets, as settings of the upstream it uses."""

@@ -87,6 +87,14 @@ def _timing_notes(report: Report, timing: Timing) -> None:
             f"{timing.late} requests were out of order by more than the {window} reorder window{why}: they were "
             f"replayed up to {timing.latest_ms / 1000:g} s after their time (raise --reorder-window)"
         )
+    if timing.outliers:
+        more = ", ..." if timing.outliers > len(timing.outlier_lines) else ""
+        at = ", ".join(str(n) for n in timing.outlier_lines) + more
+        report.notes.append(
+            f"{timing.outliers} lines were more than the {window} reorder window ahead of the log's time (up to "
+            f"{timing.most_ahead_ms / 1000:g} s), and no others followed them there (line {at}): a clock set wrong, "
+            "they were replayed at the log's time when they were read, not at their own"
+        )
     if timing.unparsed:
         report.notes.append(f"{timing.unparsed} lines did not match the format, e.g. {timing.first_unparsed[:120]!r}")
 

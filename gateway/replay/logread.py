@@ -14,7 +14,10 @@ reorder window past it (``DEFAULT_WINDOW_MS``, ``--reorder-window``), so memory 
 bounded by the lines of one window (two with whole seconds and ``$request_time``:
 the seconds are spread first, then ordered by start), not by the log. A line that
 would have to be replayed before one already replayed is late: it is replayed at the
-window's edge, and counted in ``Timing.late`` with how late it was.
+window's edge, and counted in ``Timing.late`` with how late it was. The clock itself is
+guarded (``_unjumped``): one line far ahead of the others (a node with a wrong clock) does
+not move it, or every later line would be late; it is replayed at the clock's time instead,
+and counted in ``Timing.outliers``. ``--reorder-window`` is at most ``MAX_WINDOW_MS``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import IO, Any
@@ -35,6 +38,10 @@ from gateway.logs.formats import PRESETS, VARIABLE
 
 DEFAULT_WINDOW_MS = 120_000  # merged logs of several nodes are out of order by tens of seconds
 NEVER = -(2**62)
+MAX_WINDOW_MS = 3_600_000  # --reorder-window: the lines of one window are held, so at most 1h of the log
+CONFIRM = 3  # lines within a window of each other, all a window ahead of the log's clock: the log moved there
+LOOKAHEAD = 64  # lines of the clock's own time read after one far ahead: it was an outlier
+MAX_OUTLIER_LINES = 5  # line numbers of outliers kept for the report
 MAX_LINE = 64 * 1024  # longer lines are skipped (counted as unparsed), never held whole
 
 
@@ -50,6 +57,9 @@ class Timing:
     late_long: int = 0  # of those, how many have a $request_time longer than the window
     latest_ms: int = 0  # the most a late request was moved
     held_peak: int = 0  # the most lines held at once for reordering
+    outliers: int = 0  # lines far ahead of the log's clock, alone: replayed at the clock's time, not their own
+    most_ahead_ms: int = 0  # the furthest ahead of the clock an outlier was
+    outlier_lines: list[int] = field(default_factory=list)  # the first few outliers' line numbers
     unparsed: int = 0
     first_unparsed: str = ""
 
@@ -209,11 +219,14 @@ def read_requests(
 
     ``durations``: the format may have ``$request_time``; False lets whole-second logs skip the
     second (start-order) window."""
-    return _ordered(_timed(lines, parse, timing), parse, timing, durations)
+    return _ordered(_unjumped(_timed(lines, parse, timing), timing), parse, timing, durations)
 
 
-def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[tuple[int, bool, int, str]]:
-    for line in lines:
+Item = tuple[int, int, bool, int, str]  # (line number, logged time in ms, precise, $request_time in ms, line)
+
+
+def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[Item]:
+    for number, line in enumerate(lines, 1):
         line = line.rstrip("\n")
         if not line:
             continue
@@ -229,7 +242,72 @@ def _timed(lines: Iterable[str], parse: LineParser, timing: Timing) -> Iterator[
             if not timing.first_unparsed:
                 timing.first_unparsed = line[:200]
             continue
-        yield end[0], end[1], _request_ms(parse, m), line
+        yield number, end[0], end[1], _request_ms(parse, m), line
+
+
+def _unjumped(items: Iterator[Item], timing: Timing) -> Iterator[Item]:
+    """The lines, with the log's clock kept from jumping to a line far ahead of the others.
+
+    A line more than a window ahead of the clock (the latest time passed on) is held aside. It
+    moves the clock when the log really moves there: ``CONFIRM`` lines held within a window of
+    each other, or the log ending (nothing follows that it could make late). When ``LOOKAHEAD``
+    lines of the clock's own time come first, or a line far from the held ones, they were
+    outliers (a node with a wrong clock in a merged log): each is passed on at the clock's time,
+    counted in ``Timing.outliers``. Before any clock, the first line is held the same way, so
+    an outlier there cannot set it. At most ``CONFIRM - 1`` lines are ever held here."""
+    window = timing.window_ms
+    clock = NEVER
+    held: list[Item] = []
+    since = 0  # lines passed on since the first held one
+
+    def outliers() -> Iterator[Item]:
+        for number, end, precise, took, line in held:
+            timing.outliers += 1
+            timing.most_ahead_ms = max(timing.most_ahead_ms, end - clock)
+            if len(timing.outlier_lines) < MAX_OUTLIER_LINES:
+                timing.outlier_lines.append(number)
+            yield number, clock, precise, took, line
+        held.clear()
+
+    def confirmed() -> Iterator[Item]:
+        nonlocal clock
+        yield from held
+        clock = max(clock, *(item[1] for item in held))
+        held.clear()
+
+    for item in items:
+        end = item[1]
+        if held and abs(end - held[0][1]) <= window:  # near the held lines: one more says the log is there
+            held.append(item)
+            if len(held) >= CONFIRM:
+                yield from confirmed()
+            continue
+        if clock == NEVER:
+            if not held:
+                held.append(item)
+                since = 0
+                continue
+            if end > held[0][1]:  # later still: the held lines were the log's start, this one is ahead
+                yield from confirmed()
+            else:  # earlier: this line starts the clock; the held ones are ahead of it
+                yield item
+                clock = end
+                since = 1
+                continue
+        if end > clock + window:
+            if held:
+                yield from outliers()
+            held.append(item)
+            since = 0
+            continue
+        yield item
+        if end > clock:
+            clock = end
+        if held:
+            since += 1
+            if since >= LOOKAHEAD:
+                yield from outliers()
+    yield from held
 
 
 Held = tuple[int, int, int, str]  # by start: (start, end, line number, line); by second: (took, ...)
@@ -269,9 +347,7 @@ class _BySecond:
         return second, held
 
 
-def _ordered(
-    items: Iterator[tuple[int, bool, int, str]], parse: LineParser, timing: Timing, durations: bool
-) -> Iterator[LogRequest]:
+def _ordered(items: Iterator[Item], parse: LineParser, timing: Timing, durations: bool) -> Iterator[LogRequest]:
     window = timing.window_ms
     hold = window if durations else 0  # whole seconds: how long spread lines wait for earlier starts
     by_start = _BySecond()  # (start, end, line number, line) by the second they start in
@@ -313,7 +389,7 @@ def _ordered(
             elif not by_start.add((end - took) // 1000, (end - took, end, seq, line)):
                 yield now(end - took, end, took, line)
 
-    for seq, (end, precise, took, line) in enumerate(items):
+    for seq, end, precise, took, line in items:
         if took:
             timing.starts = True
         if end >= newest:

@@ -165,6 +165,8 @@ class Report:
                 "beyond_window_by_request_time": self.timing.late_long,
                 "most_late_ms": self.timing.latest_ms,
                 "held_peak_lines": self.timing.held_peak,
+                "ahead_outliers": self.timing.outliers,
+                "ahead_outlier_lines": self.timing.outlier_lines,
                 "unparsed_lines": self.timing.unparsed,
             },
             "notes": self.notes,

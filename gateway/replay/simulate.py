@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from gateway.http.context import RequestContext
+from gateway.http.context import RequestContext, host_of
 from gateway.http.realip import UNKNOWN, parse_addr
 from gateway.http.routing import BadURI, normalize_uri
 from gateway.http.rules import first_answer
@@ -208,7 +208,7 @@ def context_of(fields: dict[str, str]) -> RequestContext:
     query_at = target.find("?")
     ctx.raw_query = target[query_at + 1 :] if query_at >= 0 else ""
     ctx.headers = CIMultiDictProxy(headers)
-    ctx.host = host.split(":", 1)[0].lower()
+    ctx.host = host_of(host)
     ctx.client = parse_addr(fields.get("remote_addr", "")) or UNKNOWN
     ctx.peer = ctx.client
     ctx.scheme = fields.get("scheme") or "http"

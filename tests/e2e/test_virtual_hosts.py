@@ -60,7 +60,7 @@ async def test_server_name_order_default_server_and_listen_per_server(gateway_fa
     cases = {
         b"api.example.com": "api.example.com|api.example.com",  # exact
         b"API.Example.COM:8080": "api.example.com|api.example.com",  # case-insensitive, port dropped
-        b"api.example.com.": "api.example.com|api.example.com.",  # a trailing dot names the same host
+        b"api.example.com.": "api.example.com|api.example.com",  # a trailing dot names the same host; nginx drops it from $host
         b"x.b.example.org": "api.example.com|x.b.example.org",  # longest leading wildcard
         b"x.c.example.org": "api.example.com|x.c.example.org",  # *.example.org beats *.org
         b"z.org": "www.example.*|z.org",

@@ -208,3 +208,28 @@ def test_ipv6_prefix_on_a_key_without_an_address_is_an_error():
     assert "uses neither" in str(info.value)
     # 128, the default, is allowed anywhere
     load_config_text(config("{type: req, key: $http_x_key, rate: 1r/s, ipv6_prefix: 128}"))
+
+
+# -- $host and $cookie_NAME as nginx reads them (tests/differential/test_host_and_cookie.py: the real binary) --
+
+
+@pytest.mark.parametrize(
+    ("host", "want"),
+    [("Evil.Example.", b"evil.example"), ("evil.example.:8080", b"evil.example"), ("u@a.test.", b"a.test"),
+     ("[::1].", b"[::1]"), ("[::1]:80", b"[::1]"), ("plain", b"plain")],
+)  # fmt: skip
+def test_host_drops_one_trailing_dot_and_the_port(host: str, want: bytes) -> None:
+    assert key_of("$host", context(headers={"Host": host})) == want
+
+
+@pytest.mark.parametrize(
+    ("cookies", "want"),
+    [(["admin = yes"], b"yes"), (["a=1,admin=yes"], b"yes"), (["admin=no; admin=yes"], b"no"),
+     (["a=1", "Admin=yes"], b"yes"), (["admin=yes ; b"], b"yes "), (["admin=y, b=2"], b"y, b=2"),
+     (["admin;admin=yes"], b""), (["adminx=1; admin=2"], b"2"), (['a="x;admin=yes"'], b'yes"'),
+     (["admin"], b""), (["x"], b"")],
+)  # fmt: skip
+def test_cookie_is_parsed_as_nginx_parses_it(cookies: list[str], want: bytes) -> None:
+    request = make_mocked_request("GET", "/", headers=CIMultiDict([("Cookie", c) for c in cookies]))
+    ctx = RequestContext(request, 0.0, parse_addr("192.0.2.1"), "http", 80)  # type: ignore[arg-type]
+    assert key_of("$cookie_admin", ctx) == want

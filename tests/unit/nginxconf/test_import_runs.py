@@ -480,3 +480,41 @@ def test_request_id_and_server_name_are_imported_where_the_gateway_takes_them(
     route = got.routes()["/"]
     assert route["proxy_set_header"] == {"X-Request-ID": "$request_id"}
     assert route["add_header"] == [{"name": "X-Request-ID", "value": "$request_id", "always": True}]
+
+
+def test_implicit_upstreams_are_one_per_scheme_and_address(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    got = run(
+        tmp_path,
+        capsys,
+        "http {\n upstream app { server 127.0.0.1:9002; }\n upstream b_81 { server 127.0.0.1:9003; }\n"
+        " server { listen 8080;\n"
+        "  location /ab/ { proxy_pass http://unix:/run/a/b.sock:/; }\n"
+        "  location /a_b/ { proxy_pass http://unix:/run/a_b.sock:/; }\n"  # sanitises alike: not the same socket
+        "  location /tls/ { proxy_pass https://unix:/run/a/b.sock:/; }\n"  # TLS to the first socket only here
+        "  location /again/ { proxy_pass http://unix:/run/a/b.sock:/x/; }\n"
+        "  location /tcp/ { proxy_pass http://127.0.0.1:9000; }\n"
+        "  location /tcps/ { proxy_pass https://127.0.0.1:9000; }\n"
+        "  location /b/ { proxy_pass http://b_81; }\n  location /b81/ { proxy_pass http://b:81; }\n"
+        "  location /app/ { proxy_pass http://app; }\n  location /apps/ { proxy_pass https://app; }\n"
+        "  location /app2/ { proxy_pass http://app; }\n }\n}\n",
+    )
+    assert got.code == 0, got.stderr
+    ups, routes = got.doc["upstreams"], got.routes()
+    used = {where: routes[where]["upstream"] for where in routes}
+    server = {where: (ups[name]["servers"], ups[name].get("scheme", "http")) for where, name in used.items()}
+    assert server == {
+        "/ab/": (["unix:/run/a/b.sock"], "http"),
+        "/a_b/": (["unix:/run/a_b.sock"], "http"),
+        "/tls/": (["unix:/run/a/b.sock"], "https"),
+        "/again/": (["unix:/run/a/b.sock"], "http"),
+        "/tcp/": (["127.0.0.1:9000"], "http"),
+        "/tcps/": (["127.0.0.1:9000"], "https"),
+        "/b/": (["127.0.0.1:9003"], "http"),
+        "/b81/": (["b:81"], "http"),  # not the block its name sanitises to
+        "/app/": (["127.0.0.1:9002"], "http"),
+        "/apps/": (["127.0.0.1:9002"], "https"),
+        "/app2/": (["127.0.0.1:9002"], "http"),
+    }
+    assert used["/ab/"] == used["/again/"] == "unix__run_a_b.sock" and used["/a_b/"] == "unix__run_a_b.sock_2"
+    assert used["/app/"] == used["/app2/"] == "app" and used["/apps/"] == "app_https" and used["/b81/"] == "b_81_2"
+    assert "&id" not in got.text  # a copied block is written out whole, not as a YAML alias

@@ -142,7 +142,9 @@ def test_lines_beyond_the_window_are_counted_and_the_busiest_second_withheld(tmp
     report = json.loads(replay("--json").stdout)
     assert report["timing"]["out_of_order_beyond_window"] == 40 and report["timing"]["reorder_window_ms"] == 120_000
     assert 199_000 < report["timing"]["most_out_of_order_ms"] < 201_000  # logged 200 s after later ones
-    assert 78_000 < report["timing"]["most_late_ms"] < 81_000  # replayed at the window's edge (whole seconds), 120 s behind
+    assert (
+        78_000 < report["timing"]["most_late_ms"] < 81_000
+    )  # replayed at the window's edge (whole seconds), 120 s behind
     ip = report["zones"]["ip"]
     assert ip["requests"] == 3040 and ip["late"] == 40
     assert ip["busiest_second"] is None and "reorder window" in ip["busiest_second_withheld"]
@@ -196,3 +198,81 @@ def test_the_lines_held_are_bounded_by_the_window_not_by_the_log() -> None:
 
     whole = [peak(n, local, when) for n in (2_000, 20_000)]
     assert abs(whole[0] - whole[1]) < 150 and 1_400 <= whole[1] <= 2_100  # two windows and the second being read
+
+
+def _combined(t: float, ip: str = "10.0.0.1") -> str:
+    stamp = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(t))
+    return f'{ip} - - [{stamp}] "GET /a HTTP/1.1" 200 5 "-" "curl/8"'
+
+
+def _jittered(n: int, seed: int = 11) -> list[str]:
+    """``n`` combined lines, 10 a second, each logged up to 5 s from its place."""
+    rng = random.Random(seed)
+    keyed = sorted((T0 + i / 10 + rng.uniform(-5, 5), T0 + i / 10) for i in range(n))
+    return [_combined(t) for _, t in keyed]
+
+
+def _timing_of(lines: list[str], fmt: str = "combined") -> tuple[Timing, list[tuple[int, str]]]:
+    """The timing, and each request's (second replayed at, client) in replay order."""
+    parse, variables = line_parser(fmt)
+    timing = Timing()
+    out = [(r.t_ms, r.fields["remote_addr"]) for r in read_requests(lines, parse, timing, "request_time" in variables)]
+    assert len(out) == len(lines) and out == sorted(out, key=lambda r: r[0])
+    return timing, [(t // 1000, ip) for t, ip in out]
+
+
+def test_one_line_a_day_ahead_does_not_make_the_rest_of_the_log_late() -> None:
+    """A merged log with one line from a node whose clock is a day ahead: the log's clock stays
+    with the others, so the jitter is still put back in order; the outlier is counted, by line."""
+    lines = _jittered(2_000)
+    plain, starts = _timing_of(lines)
+    assert plain.late == 0 and plain.reordered > 100 and plain.outliers == 0
+    lines.insert(700, _combined(T0 + 86_400 + 70, ip="10.0.9.9"))
+    timing, with_outlier = _timing_of(lines)
+    assert timing.late == 0 and timing.reordered == plain.reordered
+    assert timing.outliers == 1 and timing.outlier_lines == [701] and 86_300_000 < timing.most_ahead_ms < 86_401_000
+    outlier = next(r for r in with_outlier if r[1] == "10.0.9.9")
+    assert T0 + 60 < outlier[0] < T0 + 80  # at the log's time when it was found out, not a day later
+    with_outlier.remove(outlier)
+    assert with_outlier == starts
+    # the same line first: it does not set the clock either
+    first, _ = _timing_of([_combined(T0 + 86_400, ip="10.0.9.9"), *_jittered(2_000)])
+    assert first.late == 0 and first.outliers == 1 and first.outlier_lines == [1]
+
+
+def test_a_log_that_really_moves_on_moves_the_clock() -> None:
+    """An hour without requests, then more: the lines after the gap agree, the clock goes there,
+    and a straggler from before the gap is late, as before; lines far ahead at the very end are
+    replayed at their own time (nothing follows that they could make late)."""
+    before = [_combined(T0 + i / 10) for i in range(600)]
+    after = [_combined(T0 + 3_600 + i / 10) for i in range(600)]
+    timing, starts = _timing_of([*before, *after[:5], _combined(T0 + 59), *after[5:], _combined(T0 + 90_000)])
+    assert timing.outliers == 0 and timing.late == 1
+    assert starts[-1][0] == T0 + 90_000
+    held = Timing(window_ms=10_000)
+    parse, _ = line_parser("combined")
+    for _ in read_requests([*before, *after], parse, held, False):
+        pass
+    assert held.held_peak < 150  # bounded by the window (10 a second), across the jump too
+
+
+def test_the_report_names_the_outlier_and_a_window_past_an_hour_is_refused(tmp_path: Path) -> None:
+    lines = _jittered(300)
+    lines.insert(100, _combined(T0 + 86_400, ip="10.0.9.9"))
+    (tmp_path / "a.log").write_text("\n".join(lines) + "\n")
+    (tmp_path / "limits.yaml").write_text(CONFIG)
+
+    def replay(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gateway", "replay", str(tmp_path / "a.log"), "-c", str(tmp_path / "limits.yaml"),
+             *extra],
+            cwd=str(ROOT), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    report = json.loads(replay("--json").stdout)
+    assert report["timing"]["ahead_outliers"] == 1 and report["timing"]["ahead_outlier_lines"] == [101]
+    assert report["timing"]["out_of_order_beyond_window"] == 0
+    assert any("ahead of the log's time" in n and "(line 101)" in n for n in report["notes"])
+    assert replay("--reorder-window", "1h").returncode == 0
+    out = replay("--reorder-window", "1d")
+    assert out.returncode == 2 and "at most 1h" in out.stderr
