@@ -350,7 +350,7 @@ routes:
     )
     text = "\n".join(found)
     assert re.search(r'conf\.yaml:6:\d+: maps\.limit_key\.source: unknown "nope" variable', text), text
-    assert re.search(r"conf\.yaml:7:\d+: maps\.limit_key\.values\.~\(: invalid regex", text), text
+    assert re.search(r"conf\.yaml:7:\d+: maps\.limit_key\.values\.~\(: invalid regular expression", text), text
     assert re.search(r'conf\.yaml:8:\d+: maps\.host: "\$host" is a variable of nginx\'s own', text), text
     assert re.search(r'conf\.yaml:10:\d+: geo\.limit_key: "\$limit_key" is defined twice', text), text
     assert re.search(r"conf\.yaml:12:\d+: geo\.g2\.values\.10\.0\.0\.300/8: not an IP address", text), text
