@@ -8,12 +8,18 @@ variables it knows, the map and geo translated included) becomes a rule (``rule`
 server's run before a location is chosen, a location's before its limits, in the order
 written, as nginx's rewrite phase runs them.
 
+An ``if`` after a ``set`` or ``rewrite`` of its block (or an ``if`` holding one) is no rule:
+nginx runs them first, and they change what the condition sees (``set $blocked 1;`` then
+``if ($blocked)``; a rewritten ``$uri``). Nor is one whose condition or return reads a
+variable a ``set`` of its block or of its server assigns.
+
 Any other guard (a file test, ``set``, ``rewrite`` or another directive in the block, a
-variable the gateway does not know): leaving one out would let the requests it refuses reach
-the backend, so each is listed with what it does in nginx and why it is not translated, and
-returned as a *refusal*: the route (or every route of the server) then answers 403 to every
-request, unless the import runs with ``--allow-open``, where the route proxies and the
-listing says which requests now reach the backend.
+variable the gateway does not know, a ``set`` or ``rewrite`` beside it as above): leaving one
+out would let the requests it refuses reach the backend, so each is listed with what it does
+in nginx and why it is not translated, and returned as a *refusal*: the route (or every route
+of the server) then answers 403 to every request, unless the import runs with
+``--allow-open``, where the route proxies and the listing says which requests now reach the
+backend.
 
 ``auth_basic`` and ``auth_request`` are guards too: the gateway checks no credentials.
 
@@ -23,6 +29,8 @@ variables or adds headers is no guard: it is listed as not translated, without r
 
 from __future__ import annotations
 
+import re
+
 from gateway.http.rules import parse_condition
 from gateway.http.templates import parse_value
 from gateway.nginxconf.context import Context
@@ -30,6 +38,9 @@ from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Doc
 from gateway.nginxconf.scope import Scope
 from gateway.nginxconf.values import AUTH, return_value
+
+REWRITE_PHASE = ("set", "rewrite")
+_READS = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")  # the variables a condition or a return reads
 
 
 def condition(d: Directive) -> str:
@@ -98,13 +109,45 @@ def _condition_text(args: list[str], quoted: frozenset[int]) -> str:
     return " ".join(words)
 
 
-def rule(ctx: Context, d: Directive) -> tuple[Doc | None, str]:
-    """``if (COND) { return ...; }`` as a rule ``{if: COND, return: ...}``; else None and why not."""
+def _rewrites(x: Directive) -> bool:
+    """A ``set`` or ``rewrite`` (or an ``if`` holding one): it changes what a later condition sees."""
+    return x.name in REWRITE_PHASE or (x.name == "if" and any(_rewrites(y) for y in x.block or []))
+
+
+def assigned(block: list[Directive]) -> dict[str, Directive]:
+    """The variables a ``set`` of ``block`` (or of an ``if`` in it) assigns: name -> the set."""
+    out: dict[str, Directive] = {}
+    for x in block:
+        if x.name == "set" and x.args:
+            out.setdefault(x.args[0].lstrip("$").strip("{}"), x)
+        elif x.name == "if":
+            out = assigned(x.block or []) | out
+    return out
+
+
+def _rewritten(ctx: Context, d: Directive, block: list[Directive]) -> str:
+    """Why a ``set``/``rewrite`` keeps ``d`` from being a rule ("" when none does): one written
+    before it in ``block`` runs first (nginx's rewrite phase), and one anywhere in scope (this
+    block, the server's) may assign a variable the condition or the return reads."""
+    earlier = next((x for x in block[: next(i for i, x in enumerate(block) if x is d)] if _rewrites(x)), None)
+    if earlier is not None:
+        return f"the {earlier.name} at {earlier.where} runs before it in nginx and changes what it tests"
+    read = {m.group(1) for m in _READS.finditer(" ".join([*d.args, *(a for x in d.block or [] for a in x.args)]))}
+    sets = ctx.assigned | assigned(block)
+    name = min(read & sets.keys(), default="")
+    return f"the set at {sets[name].where} assigns ${name}, which it reads" if name else ""
+
+
+def rule(ctx: Context, d: Directive, block: list[Directive]) -> tuple[Doc | None, str]:
+    """``if (COND) { return ...; }`` of ``block`` as a rule ``{if: COND, return: ...}``; else None and why not."""
     assert d.block is not None
     inner = d.block
     if len(inner) != 1 or inner[0].name != "return":
         names = ", ".join(sorted({x.name for x in inner if x.name != "return"})) or "nothing"
         return None, f"its block holds {names}, not a return alone"
+    why = _rewritten(ctx, d, block)
+    if why:
+        return None, why
     text = _condition_text(d.args, d.quoted)
     try:
         parse_condition(text, ctx.result.defined)
@@ -123,9 +166,9 @@ def rule(ctx: Context, d: Directive) -> tuple[Doc | None, str]:
     return {"if": text, "return": value if len(value) > 1 else value["code"]}, ""
 
 
-def guard(ctx: Context, d: Directive, rules: list[Doc]) -> list[str]:
-    """An ``if`` of a server or location: a rule appended to ``rules``, or listed (and a refusal)."""
-    translated, why = rule(ctx, d)
+def guard(ctx: Context, d: Directive, rules: list[Doc], block: list[Directive]) -> list[str]:
+    """An ``if`` of a server or location ``block``: a rule appended to ``rules``, or listed (and a refusal)."""
+    translated, why = rule(ctx, d, block)
     if translated is not None:
         rules.append(translated)
         return []
