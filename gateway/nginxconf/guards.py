@@ -2,7 +2,8 @@
 (other ``if`` blocks, ``limit_except``, ``allow``/``deny`` lists).
 
 An ``if`` whose block is one ``return`` (of a code no ``error_page`` of the server takes
-over: ``return 418`` with ``error_page 418 = @php`` hands the request on), on a condition the
+over: ``return 418`` with ``error_page 418 = @php`` hands the request on; a plain local page,
+``error_page 403 /403.html``, only changes the body, which is noted), on a condition the
 gateway's rules test (``=``, ``!=``, ``~``, ``~*``, ``!~``, ``!~*`` or a variable alone, on
 variables it knows, the map and geo translated included) becomes a rule (``rule``): the
 server's run before a location is chosen, a location's before its limits, in the order
@@ -156,14 +157,27 @@ def rule(ctx: Context, d: Directive, block: list[Directive]) -> tuple[Doc | None
     value = return_value(inner[0])
     if value is None:
         return None, "its return is not a code 200..599 (and text) or a URL"
-    if str(value["code"]) in ctx.error_pages:
-        return None, f"an error_page of this server takes over its {value['code']} (the gateway follows none)"
+    page = ctx.error_pages.get(str(value["code"]))
+    if page is not None and hands_on(page):
+        return None, f"the error_page at {page.where} takes over its {value['code']} (the gateway follows none)"
     for key in ("url", "text"):
         try:
             parse_value(value.get(key, ""), body=key == "text", defined=ctx.result.defined)
         except ValueError as exc:
             return None, f"its return: {exc}"
+    if page is not None:
+        ctx.result.note(
+            f"{d.where}: nginx answers its {value['code']} with the page of the error_page at {page.where}; "
+            "the gateway's rule answers the same code with its own body"
+        )
     return {"if": text, "return": value if len(value) > 1 else value["code"]}, ""
+
+
+def hands_on(d: Directive) -> bool:
+    """An ``error_page`` that changes the answer in a way the gateway cannot reproduce: another
+    code (``=200``; ``=``, the page's own), a named location or a redirect. A plain local page
+    (``error_page 403 /403.html``) answers the same code, with another body."""
+    return any(a.startswith("=") for a in d.args[1:]) or not d.args or not d.args[-1].startswith("/")
 
 
 def guard(ctx: Context, d: Directive, rules: list[Doc], block: list[Directive]) -> list[str]:

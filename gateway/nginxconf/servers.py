@@ -25,7 +25,7 @@ LISTEN_NO_OPS = ("deferred", "ipv6only", "reuseport", "backlog", "so_keepalive",
 def server(ctx: Context, d: Directive, block: list[Directive], scope: Scope, single: bool) -> None:
     """One server block; ``single``: the only one (its global directives apply to all)."""
     result = ctx.result
-    ctx.error_pages = ctx.http_error_pages | error_page_codes(block)
+    ctx.error_pages = error_page_codes(block, dict(ctx.http_error_pages))
     ctx.assigned = guards.assigned(block)  # the server's sets: a location's if may read them
     srv = Server(where=d.where)
     site = Site(server=srv, scope=scope, access=ctx.access.http_rules)
@@ -83,14 +83,16 @@ def server(ctx: Context, d: Directive, block: list[Directive], scope: Scope, sin
     result.servers.append(srv)
 
 
-def error_page_codes(block: list[Directive]) -> set[str]:
-    """The codes every ``error_page`` of ``block`` and its nested blocks lists (its target aside)."""
-    codes: set[str] = set()
+def error_page_codes(block: list[Directive], codes: dict[str, Directive] | None = None) -> dict[str, Directive]:
+    """The codes the ``error_page`` lines of ``block`` and its nested blocks list (the target
+    aside), added to ``codes``: code -> the line, one that hands the request on kept first."""
+    codes = {} if codes is None else codes
     for x in block:
-        if x.name == "error_page":
-            codes.update(a for a in x.args[:-1] if a.isdigit())
-        elif x.block is not None and x.name != "server":
-            codes |= error_page_codes(x.block)
+        if x.block is not None and x.name != "server":
+            error_page_codes(x.block, codes)
+        for code in x.args[:-1] if x.name == "error_page" else []:
+            if code.isdigit() and (code not in codes or (guards.hands_on(x) and not guards.hands_on(codes[code]))):
+                codes[code] = x
     return codes
 
 
