@@ -395,3 +395,11 @@ routes:
         )
     )
     assert "zones.z.ipv6_prefix: ipv6_prefix only changes" in found
+
+
+def test_map_regex_with_a_posix_class_is_the_bot_blocker_idiom():
+    variables = (
+        'maps:\n  probe:\n    source: $http_user_agent\n    default: "0"\n    values: {"~*^[[:alpha:]]+bot": "1"}\n'
+    )
+    assert probe(variables, context(headers={"User-Agent": "EvilBot/1"})) == b"1"
+    assert probe(variables, context(headers={"User-Agent": "9bot"})) == b"0"

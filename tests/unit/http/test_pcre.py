@@ -12,8 +12,6 @@ from gateway.http.pcre import compile_pcre, to_python
 from gateway.http.routing import parse_location
 from gateway.plan import load_config_text
 from tests.support.importing import request_context as context
-from tests.unit.http.test_maps import context as map_context
-from tests.unit.http.test_maps import probe
 
 BASE = "listen: 127.0.0.1:8080\nadmin: {listen: 'off'}\nupstreams: {app: {servers: [127.0.0.1:9000]}}\n"
 
@@ -76,14 +74,6 @@ def test_rule_condition_with_a_posix_class_fires():
     rule = compiled.routes[0].rules[0]
     assert rule.test(context("GET", "/123"))
     assert not rule.test(context("GET", "/abc"))
-
-
-def test_map_regex_with_a_posix_class_is_the_bot_blocker_idiom():
-    variables = (
-        'maps:\n  probe:\n    source: $http_user_agent\n    default: "0"\n    values: {"~*^[[:alpha:]]+bot": "1"}\n'
-    )
-    assert probe(variables, map_context(headers={"User-Agent": "EvilBot/1"})) == b"1"
-    assert probe(variables, map_context(headers={"User-Agent": "9bot"})) == b"0"
 
 
 def test_location_regex_with_a_posix_class():
