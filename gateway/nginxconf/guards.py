@@ -133,10 +133,24 @@ def _rewritten(ctx: Context, d: Directive, block: list[Directive]) -> str:
     earlier = next((x for x in block[: next(i for i, x in enumerate(block) if x is d)] if _rewrites(x)), None)
     if earlier is not None:
         return f"the {earlier.name} at {earlier.where} runs before it in nginx and changes what it tests"
-    read = {m.group(1) for m in _READS.finditer(" ".join([*d.args, *(a for x in d.block or [] for a in x.args)]))}
     sets = ctx.assigned | assigned(block)
-    name = min(read & sets.keys(), default="")
+    name = min(_reads(ctx, d) & sets.keys(), default="")
     return f"the set at {sets[name].where} assigns ${name}, which it reads" if name else ""
+
+
+def _words(d: Directive) -> list[str]:
+    return [*d.args, *(w for x in d.block or [] for w in _words(x))]
+
+
+def _reads(ctx: Context, d: Directive) -> set[str]:
+    """The variables ``d`` (a condition and its block) reads, and those the maps and geo it reads read."""
+    read: set[str] = set()
+    todo = [d]
+    while todo:
+        new = {m.group(1) for m in _READS.finditer(" ".join(_words(todo.pop())))} - read
+        read |= new
+        todo += [ctx.variables.where[name] for name in new if name in ctx.variables.where]
+    return read
 
 
 def rule(ctx: Context, d: Directive, block: list[Directive]) -> tuple[Doc | None, str]:

@@ -228,29 +228,34 @@ def test_each_server_keeps_its_rules_and_an_if_before_a_server_return_is_one(
 def test_a_set_or_rewrite_beside_an_if_fails_closed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """nginx runs a set or rewrite written before an if first; a set in scope may assign what it reads."""
     conf = (
-        "http { map $http_user_agent $blocked { default 0; ~bot 1; }\n"
-        "  server { listen 8080; set $srv 1;\n"
+        "http { map $http_user_agent $blocked { default 0; ~bot 1; } map $blocked $via { default 0; 1 1; }\n"
+        "  map $via $deep { default 0; 1 1; }\n"
+        "  server { listen 8080; set $srv 1; if ($http_x_c) { set $via 1; }\n"
         "  location /admin { set $blocked 1; if ($blocked) { return 403; } " + APP + " }\n"
         "  location / { rewrite ^/old/(.*)$ /secret/$1; if ($uri ~ ^/secret) { return 403; } " + APP + " }\n"
         "  location /late/ { if ($blocked) { return 403; } set $blocked 1; " + APP + " }\n"
         "  location /flag/ { if ($http_x_a) { set $no 1; } if ($http_x_b) { return 403; } " + APP + " }\n"
         "  location /srv/ { if ($srv) { return 403; } " + APP + " }\n"
         "  location /ok/ { if ($blocked) { return 403; } " + APP + " }\n"
+        "  location /via/ { if ($via) { return 403; } " + APP + " }\n"
+        "  location /deep/ { if ($deep) { return 403; } " + APP + " }\n"
         "} }\n"
     )
     got = run(tmp_path, capsys, conf)
     routes = got.routes()
-    for where in ("/admin", "/", "/late/", "/flag/", "/srv/"):
+    for where in ("/admin", "/", "/late/", "/flag/", "/srv/", "/via/", "/deep/"):
         assert routes[where] == {"location": where, "return": {"code": 403}}, where
-    assert "the set at " in got.skipped("3") and "runs before it in nginx" in got.skipped("3")
-    assert "the rewrite at " in got.skipped("4")
-    assert "assigns $blocked, which it reads" in got.skipped("5")
-    assert "the if at " in got.skipped("6")  # an if holding a set runs first too
-    assert "assigns $srv, which it reads" in got.skipped("7")  # the server's set
+    assert "the set at " in got.skipped("4") and "runs before it in nginx" in got.skipped("4")
+    assert "the rewrite at " in got.skipped("5")
+    assert "assigns $blocked, which it reads" in got.skipped("6")
+    assert "the if at " in got.skipped("7")  # an if holding a set runs first too
+    assert "assigns $srv, which it reads" in got.skipped("8")  # the server's set
+    assert "assigns $via, which it reads" in got.skipped("10")  # the server's set, in an if
+    assert "assigns $via, which it reads" in got.skipped("11")  # through the map $deep reads
     assert routes["/ok/"]["rules"] == [{"if": "$blocked", "return": 403}]  # no set reaches it
     opened = run(tmp_path, capsys, conf, "--allow-open")
     assert all("upstream" in opened.routes()[w] for w in ("/admin", "/", "/late/", "/flag/", "/srv/"))
-    assert "(--allow-open): requests matching ($blocked) reach the backend" in opened.skipped("3")
+    assert "(--allow-open): requests matching ($blocked) reach the backend" in opened.skipped("4")
 
 
 def test_only_an_error_page_that_hands_the_request_on_refuses_a_rule(
