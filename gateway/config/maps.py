@@ -35,12 +35,12 @@ from gateway.config.reader import Reader, as_bool
 from gateway.errors import KeyPath
 from gateway.http.keys import ADDRESS_VARIABLES, Defined, KeyTemplate, is_variable_name, parse_key
 from gateway.http.maps import paint_ranges
+from gateway.http.pcre import compile_pcre_bytes
 from gateway.http.templates import builtin_text_variable
 
 MapKind = Literal["exact", "head", "tail", "regex", "iregex"]
 _NAME = re.compile(r"\$?([A-Za-z0-9_]+)")
 _RESERVED = ("limit_req_status", "limit_conn_status", "limit_count_status", "status", "request", "request_id")
-_CAPTURE_NAME = re.compile(r"\(\?(?:P?<([A-Za-z_][A-Za-z0-9_]*)>|'([A-Za-z_][A-Za-z0-9_]*)')")
 _BITS = {4: 32, 6: 128}
 _FAMILY = {4: socket.AF_INET, 6: socket.AF_INET6}
 
@@ -204,13 +204,10 @@ def _map(r: Reader, name: str, body: Any, path: KeyPath, defined: Defined) -> Ma
 def _entry(key: str, value: Any, hostnames: bool, defined: Defined) -> MapEntrySpec:
     if key.startswith("~"):
         insensitive = key.startswith("~*")
-        pattern = pcre_to_python(key[2:] if insensitive else key[1:])
-        if not pattern:
+        source = key[2:] if insensitive else key[1:]
+        if not source:
             raise ValueError("an empty regex")
-        try:
-            compiled = re.compile(pattern.encode("utf-8", "surrogateescape"), re.IGNORECASE if insensitive else 0)
-        except re.error as exc:
-            raise ValueError(f"invalid regex {key!r}: {exc}") from None
+        pattern, compiled = compile_pcre_bytes(source, icase=insensitive)
         captures = frozenset(str(n) for n in compiled.groupindex) | frozenset(str(i) for i in range(1, 10))
         return MapEntrySpec(
             key=pattern, kind="iregex" if insensitive else "regex", value=_template(value, defined, captures)
@@ -235,11 +232,6 @@ def _wildcard(key: str) -> MapKind:
     if key.endswith(".*") and "*" not in key[:-2] and len(key) > 2:
         return "tail"
     raise ValueError(f"invalid wildcard {key!r}: *.example.com, .example.com or www.example.*")
-
-
-def pcre_to_python(pattern: str) -> str:
-    """PCRE's named groups ``(?<name>...)`` and ``(?'name'...)`` in Python's spelling."""
-    return _CAPTURE_NAME.sub(lambda m: f"(?P<{m.group(1) or m.group(2)}>", pattern)
 
 
 def _geo(r: Reader, name: str, body: Any, path: KeyPath, defined: Defined) -> GeoSpec | None:

@@ -20,6 +20,7 @@ from gateway.config.access import parse_access_rules
 from gateway.config.reader import Reader, as_bool
 from gateway.errors import KeyPath
 from gateway.http.access import AccessRule
+from gateway.http.pcre import compile_pcre
 from gateway.http.vhosts import wildcard_of
 
 if TYPE_CHECKING:
@@ -90,11 +91,7 @@ def parse_server_name(value: Any) -> ServerName:
     text = value.strip()
     if text.startswith("~"):
         source = text[1:]
-        try:
-            pattern = re.compile(re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", source), re.IGNORECASE)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression {source!r}: {exc}") from None
-        return ServerName("regex", source, pattern)
+        return ServerName("regex", source, compile_pcre(source, icase=True))
     name = text.lower()
     if name.startswith("*.") and _LABELS.fullmatch(name[2:]):
         return ServerName("leading", name[1:])

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from gateway.http.pcre import compile_pcre
+
 T = TypeVar("T")
 
 KINDS = ("prefix", "exact", "prefix_noregex", "regex", "regex_icase")
@@ -46,11 +48,6 @@ class Location:
         return f"{modifier} {self.value}" if modifier else self.value
 
 
-def _pcre_to_python(regex: str) -> str:
-    # PCRE named groups (?<name>...) are spelled (?P<name>...) in Python.
-    return re.sub(r"\(\?<(?=[A-Za-z_])", "(?P<", regex)
-
-
 def parse_location(text: object) -> Location:
     """Parse ``/p``, ``= /x``, ``^~ /p``, ``~ re`` or ``~* re`` (raises ValueError)."""
     if not isinstance(text, str) or not text.strip():
@@ -66,12 +63,7 @@ def parse_location(text: object) -> Location:
     if not value:
         raise ValueError(f"location {text!r} has a modifier but no path or pattern")
     if kind in ("regex", "regex_icase"):
-        flags = re.IGNORECASE if kind == "regex_icase" else 0
-        try:
-            pattern = re.compile(_pcre_to_python(value), flags)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression {value!r}: {exc}") from None
-        return Location(kind=kind, value=value, pattern=pattern)
+        return Location(kind=kind, value=value, pattern=compile_pcre(value, icase=kind == "regex_icase"))
     if not value.startswith("/"):
         raise ValueError(f"location path {value!r} must start with '/'")
     return Location(kind=kind, value=value)

@@ -5,7 +5,7 @@ nginx's, on variables:
 
 * ``$var`` alone: true unless the value is empty or ``"0"``;
 * ``$var = text`` and ``$var != text``: string comparison (the text may hold variables);
-* ``$var ~ regex`` and ``$var ~* regex`` (case-insensitive): a regex search, as PCRE's;
+* ``$var ~ regex`` and ``$var ~* regex`` (case-insensitive): a regex search, as PCRE's (``pcre``);
   ``!~`` and ``!~*`` negate them.
 
 Operators are separated by spaces, as in nginx. The right side may be quoted (``'x'`` or
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gateway.http.keys import NO_DEFINED, Defined, UserVariables
+from gateway.http.pcre import compile_pcre
 from gateway.http.templates import ValueTemplate, compile_value, parse_value
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 TestFn = Callable[["RequestContext"], bool]
 OPERATORS = ("=", "!=", "~", "~*", "!~", "!~*")
 _VARIABLE = re.compile(r"\$(?:[A-Za-z0-9_]+|\{[A-Za-z0-9_]+\})")
-_PCRE_NAMED = re.compile(r"\(\?<(?=[A-Za-z_])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +56,6 @@ def _unquote(text: str) -> str:
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1]
     return text
-
-
-def compile_regex(source: str, *, icase: bool) -> re.Pattern[str]:
-    """A PCRE pattern as Python's ``re`` (named groups ``(?<name>...)`` become ``(?P<name>...)``)."""
-    try:
-        return re.compile(_PCRE_NAMED.sub("(?P<", source), re.IGNORECASE if icase else 0)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression {source!r}: {exc}") from None
 
 
 def parse_condition(value: object, defined: Defined = NO_DEFINED) -> Condition:
@@ -97,7 +89,7 @@ def parse_condition(value: object, defined: Defined = NO_DEFINED) -> Condition:
         return Condition(value, variable, op, value=parse_value(right, defined=defined))
     if not right:
         raise ValueError(f"an empty regular expression in {value!r}")
-    return Condition(value, variable, op, pattern=compile_regex(right, icase=op.endswith("*")))
+    return Condition(value, variable, op, pattern=compile_pcre(right, icase=op.endswith("*")))
 
 
 def compile_condition(condition: Condition, variables: UserVariables | None = None) -> TestFn:

@@ -36,8 +36,9 @@ class Context:
         self.logs = Logs(self.result)
         self.access = Access(self.result)
         self.variables = Variables(self.result)
-        self.error_pages: set[str] = set()  # the codes an error_page takes over, in the server being read
-        self.http_error_pages: set[str] = set()  # those of the http level
+        self.error_pages: dict[str, Directive] = {}  # code -> its error_page, in the server being read
+        self.http_error_pages: dict[str, Directive] = {}  # those of the http level
+        self.assigned: dict[str, Directive] = {}  # the variables a set of the server being read assigns
 
     def skip(self, d: Directive, reason: str) -> None:
         self.result.skip(d, reason)

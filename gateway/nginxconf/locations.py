@@ -123,7 +123,7 @@ def read_body(ctx: Context, block: list[Directive], scope: Scope) -> Body:
         elif x.name == "if" and x.block is not None and body.ret is not None:
             ctx.skip(x, f"never reached: the return at {body.ret.where} answers first")
         elif x.name == "if" and x.block is not None:
-            body.refusals += guards.guard(ctx, x, body.rules)
+            body.refusals += guards.guard(ctx, x, body.rules, block)
         elif x.name == "limit_except" and x.block is not None:
             body.refusals += guards.limit_except(ctx, x)
         elif not ctx.directive(x, level="location"):

@@ -25,7 +25,8 @@ LISTEN_NO_OPS = ("deferred", "ipv6only", "reuseport", "backlog", "so_keepalive",
 def server(ctx: Context, d: Directive, block: list[Directive], scope: Scope, single: bool) -> None:
     """One server block; ``single``: the only one (its global directives apply to all)."""
     result = ctx.result
-    ctx.error_pages = ctx.http_error_pages | error_page_codes(block)
+    ctx.error_pages = error_page_codes(block, dict(ctx.http_error_pages))
+    ctx.assigned = guards.assigned(block)  # the server's sets: a location's if may read them
     srv = Server(where=d.where)
     site = Site(server=srv, scope=scope, access=ctx.access.http_rules)
     rules = [x for x in block if x.name in ("allow", "deny")]
@@ -58,9 +59,9 @@ def server(ctx: Context, d: Directive, block: list[Directive], scope: Scope, sin
         elif x.name == "try_files":
             try_files = x
         elif x.name == "if" and x.block is not None and ret is not None:
-            _before_return(ctx, x, ret, answered, srv)
+            _before_return(ctx, x, ret, answered, srv, block)
         elif x.name == "if" and x.block is not None:
-            site.refusals += guards.guard(ctx, x, srv.rules)
+            site.refusals += guards.guard(ctx, x, srv.rules, block)
         elif x.name == "http2" and x.args == ["on"]:
             result.note(HTTP2_NOTE)
         elif not ctx.directive(x, level="server", single=single, server=d.where):
@@ -82,23 +83,27 @@ def server(ctx: Context, d: Directive, block: list[Directive], scope: Scope, sin
     result.servers.append(srv)
 
 
-def error_page_codes(block: list[Directive]) -> set[str]:
-    """The codes every ``error_page`` of ``block`` and its nested blocks lists (its target aside)."""
-    codes: set[str] = set()
+def error_page_codes(block: list[Directive], codes: dict[str, Directive] | None = None) -> dict[str, Directive]:
+    """The codes the ``error_page`` lines of ``block`` and its nested blocks list (the target
+    aside), added to ``codes``: code -> the line, one that hands the request on kept first."""
+    codes = {} if codes is None else codes
     for x in block:
-        if x.name == "error_page":
-            codes.update(a for a in x.args[:-1] if a.isdigit())
-        elif x.block is not None and x.name != "server":
-            codes |= error_page_codes(x.block)
+        if x.block is not None and x.name != "server":
+            error_page_codes(x.block, codes)
+        for code in x.args[:-1] if x.name == "error_page" else []:
+            if code.isdigit() and (code not in codes or (guards.hands_on(x) and not guards.hands_on(codes[code]))):
+                codes[code] = x
     return codes
 
 
-def _before_return(ctx: Context, x: Directive, ret: Directive, answered: bool, srv: Server) -> None:
+def _before_return(
+    ctx: Context, x: Directive, ret: Directive, answered: bool, srv: Server, block: list[Directive]
+) -> None:
     """An ``if`` of a server that ends in a ``return``: a rule when written before it and translated."""
     if answered:
         ctx.skip(x, f"never reached: the server's return at {ret.where} answers first")
         return
-    translated, why = guards.rule(ctx, x)
+    translated, why = guards.rule(ctx, x, block)
     if translated is not None:
         srv.rules.append(translated)
         return

@@ -14,7 +14,7 @@ from gateway.nginxconf.context import Context
 from gateway.nginxconf.parser import Directive
 from gateway.nginxconf.result import Result
 from gateway.nginxconf.scope import Scope
-from gateway.nginxconf.servers import HTTP2_NOTE, server
+from gateway.nginxconf.servers import HTTP2_NOTE, error_page_codes, server
 from gateway.nginxconf.tls import SSL_DIRECTIVES, ssl
 
 HTTP_LIKE = ("server", "upstream", "limit_req_zone", "limit_conn_zone", "location", "map", "geo")
@@ -57,7 +57,7 @@ def _main(ctx: Context, directives: list[Directive]) -> None:
 
 def _http(ctx: Context, block: list[Directive], scope: Scope) -> None:
     ctx.variables.read(block)  # first: every later key and value may use their variables
-    ctx.http_error_pages = {a for d in block if d.name == "error_page" for a in d.args[:-1] if a.isdigit()}
+    ctx.http_error_pages = error_page_codes([d for d in block if d.name == "error_page"])
     servers = [d for d in block if d.name == "server" and d.block is not None]
     rules = [d for d in block if d.name in ("allow", "deny")]
     if rules:

@@ -25,21 +25,25 @@ from tests.support.nginx import NginxProcess, find_nginx
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
-
-def nginx_conf(d: Path, port: int, upstream: str) -> str:
-    return f"""daemon off;
+HEAD = """daemon off;
 master_process off;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
+events { worker_connections 256; }
+http {
     client_body_temp_path {d}/client_body_temp;
     proxy_temp_path {d}/proxy_temp;
     fastcgi_temp_path {d}/fastcgi_temp;
     uwsgi_temp_path {d}/uwsgi_temp;
     scgi_temp_path {d}/scgi_temp;
-    access_log off;
+    access_log off;"""  # every nginx.conf here starts so: nginx run from the test's directory
+
+
+def nginx_conf(d: Path, port: int, upstream: str) -> str:
+    return (
+        HEAD.replace("{d}", str(d))
+        + f"""
     geo $limited {{ default 1; 127.0.0.0/29 0; 127.0.0.5/32 1; }}
     map $limited $limit_key {{ 0 ""; 1 $binary_remote_addr; }}
     map $request_method $post_key {{ POST $binary_remote_addr; default ""; }}
@@ -67,6 +71,7 @@ http {{
     }}
 }}
 """
+    )
 
 
 def gateway_yaml(port: int, upstream: str) -> str:
@@ -224,19 +229,9 @@ def test_map_and_geo_keys_decide_like_nginx(tmp_path: Path, imported: bool) -> N
 
 
 def guards_conf(d: Path, port: int, upstream: str) -> str:
-    return f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    access_log off;
+    return (
+        HEAD.replace("{d}", str(d))
+        + f"""
     map $http_user_agent $bad_bot {{ default 0; "~*(sqlmap|nikto)" 1; ~*masscan 2; }}
     map $bad_bot $why {{ 1 "scanner"; default "other"; }}
     geo $inside {{ default 0; 127.0.4.0/24 1; }}
@@ -261,6 +256,7 @@ http {{
     }}
 }}
 """
+    )
 
 
 # (client address, method, path, User-Agent); X-Token is sent when the agent says "token"
@@ -300,19 +296,9 @@ BOTS_D = Path(__file__).resolve().parents[1] / "nginx_corpus" / "wild" / "nginx-
 def bot_blocker_conf(d: Path, port: int, upstream: str) -> str:
     """The bot blocker's own server includes (blockbots.conf, ddos.conf, from the corpus, as the project
     says to include them), with a few lines of what its globalblacklist.conf defines, in its form."""
-    return f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    access_log off;
+    return (
+        HEAD.replace("{d}", str(d))
+        + f"""
     map $http_user_agent $bad_bot {{
         default 0;
         "~*(?:\\b)360Spider(?:\\b)" 3;
@@ -336,6 +322,7 @@ http {{
     }}
 }}
 """
+    )
 
 
 BOT_SCHEDULE = [
@@ -361,4 +348,48 @@ def test_the_bot_blocker_imported_decides_like_nginx(tmp_path: Path) -> None:
     assert {"bot2_reqlimitip", "flood"} <= {z["zone"] for z in doc["routes"][0]["limit_req"]}
     assert doc["zones"]["bot2_reqlimitip"]["key"] == "$bot_iplimit"
     assert [a[0] for a in from_nginx] == [200, 200, 0, 0, 0, 0, 0, 200, 200]
+    assert from_gateway == from_nginx
+
+
+def posix_conf(d: Path, port: int, upstream: str) -> str:
+    return (
+        HEAD.replace("{d}", str(d))
+        + f"""
+    map $http_user_agent $bad_bot {{ default 0; "~*^[[:alpha:]]+bot" 1; "~[^[:space:]]{{12}}" 2; }}
+    server {{
+        listen 127.0.0.1:{port};
+        if ($bad_bot = 1) {{ return 403 "!bot"; }}
+        if ($bad_bot) {{ return 403 "!long"; }}
+        location / {{
+            if ($request_uri ~ "^/[[:digit:]]+$") {{ return 403 "!digits"; }}
+            if ($request_uri ~ "^/[[:alpha:]_-]+/[[:xdigit:]]{{4}}$") {{ return 403 "!hex"; }}
+            proxy_pass http://{upstream};
+        }}
+    }}
+}}
+"""
+    )
+
+
+POSIX_SCHEDULE = [
+    ("127.0.6.1", "GET", "/123", "x"),
+    ("127.0.6.1", "GET", "/12a", "x"),
+    ("127.0.6.1", "GET", "/a_b-c/beef", "x"),
+    ("127.0.6.1", "GET", "/a_b-c/bee", "x"),
+    ("127.0.6.1", "GET", "/a1/beef", "x"),
+    ("127.0.6.1", "GET", "/p", "EvilBot/1"),
+    ("127.0.6.1", "GET", "/p", "9bot"),
+    ("127.0.6.1", "GET", "/p", "Mozilla/5.0/abc"),
+    ("127.0.6.1", "GET", "/p", "Mozilla 5.0 (X11)"),
+]
+
+
+def test_imported_posix_classes_decide_like_nginx(tmp_path: Path) -> None:
+    """PCRE's [[:digit:]], [^[:space:]], [[:alpha:]_-] in map keys and if conditions, imported."""
+    from_nginx, from_gateway, text = side_by_side(tmp_path, posix_conf, POSIX_SCHEDULE)
+    assert "[[:alpha:]]" in text  # the config keeps nginx's spelling; the gateway translates it when it loads
+    assert [a[2] if a[0] == 403 else a[0] for a in from_nginx] == [
+        *("!digits", 200, "!hex", 200, 200),
+        *("!bot", 200, "!long", 200),
+    ]
     assert from_gateway == from_nginx

@@ -350,7 +350,7 @@ routes:
     )
     text = "\n".join(found)
     assert re.search(r'conf\.yaml:6:\d+: maps\.limit_key\.source: unknown "nope" variable', text), text
-    assert re.search(r"conf\.yaml:7:\d+: maps\.limit_key\.values\.~\(: invalid regex", text), text
+    assert re.search(r"conf\.yaml:7:\d+: maps\.limit_key\.values\.~\(: invalid regular expression", text), text
     assert re.search(r'conf\.yaml:8:\d+: maps\.host: "\$host" is a variable of nginx\'s own', text), text
     assert re.search(r'conf\.yaml:10:\d+: geo\.limit_key: "\$limit_key" is defined twice', text), text
     assert re.search(r"conf\.yaml:12:\d+: geo\.g2\.values\.10\.0\.0\.300/8: not an IP address", text), text
@@ -395,3 +395,11 @@ routes:
         )
     )
     assert "zones.z.ipv6_prefix: ipv6_prefix only changes" in found
+
+
+def test_map_regex_with_a_posix_class_is_the_bot_blocker_idiom():
+    variables = (
+        'maps:\n  probe:\n    source: $http_user_agent\n    default: "0"\n    values: {"~*^[[:alpha:]]+bot": "1"}\n'
+    )
+    assert probe(variables, context(headers={"User-Agent": "EvilBot/1"})) == b"1"
+    assert probe(variables, context(headers={"User-Agent": "9bot"})) == b"0"

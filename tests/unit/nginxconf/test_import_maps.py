@@ -156,7 +156,7 @@ def test_untranslatable_ifs_fail_closed_and_say_why(tmp_path: Path, capsys: pyte
     assert "redirects requests matching ($http_x_a), which would otherwise reach the backend" in got.skipped("4")
     assert '"invalid_referer"' in got.skipped("5")
     assert "never reached" in got.skipped("6")
-    assert "an error_page of this server takes over its 418" in got.skipped("7")  # nginx hands it to @php
+    assert "takes over its 418 (the gateway follows none)" in got.skipped("7")  # nginx hands it to @php
     opened = run(tmp_path, capsys, conf, "--allow-open")
     assert all("upstream" in opened.routes()[w] for w in ("/f/", "/s/", "/r/", "/u/"))
     assert "requests matching (-f $request_filename) reach the backend" in opened.skipped("2")
@@ -223,3 +223,64 @@ def test_each_server_keeps_its_rules_and_an_if_before_a_server_return_is_one(
     assert a["routes"] == [{"location": "/", "return": {"code": 301, "url": "https://$host$request_uri"}}]
     assert "never reached" in got.skipped("5")
     assert b["rules"] == [{"if": "$request_method = TRACE", "return": 405}] and b["routes"][0]["upstream"]
+
+
+def test_a_set_or_rewrite_beside_an_if_fails_closed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """nginx runs a set or rewrite written before an if first; a set in scope may assign what it reads."""
+    conf = (
+        "http { map $http_user_agent $blocked { default 0; ~bot 1; } map $blocked $via { default 0; 1 1; }\n"
+        "  map $via $deep { default 0; 1 1; }\n"
+        "  server { listen 8080; set $srv 1; if ($http_x_c) { set $via 1; }\n"
+        "  location /admin { set $blocked 1; if ($blocked) { return 403; } " + APP + " }\n"
+        "  location / { rewrite ^/old/(.*)$ /secret/$1; if ($uri ~ ^/secret) { return 403; } " + APP + " }\n"
+        "  location /late/ { if ($blocked) { return 403; } set $blocked 1; " + APP + " }\n"
+        "  location /flag/ { if ($http_x_a) { set $no 1; } if ($http_x_b) { return 403; } " + APP + " }\n"
+        "  location /srv/ { if ($srv) { return 403; } " + APP + " }\n"
+        "  location /ok/ { if ($blocked) { return 403; } " + APP + " }\n"
+        "  location /via/ { if ($via) { return 403; } " + APP + " }\n"
+        "  location /deep/ { if ($deep) { return 403; } " + APP + " }\n"
+        "} }\n"
+    )
+    got = run(tmp_path, capsys, conf)
+    routes = got.routes()
+    for where in ("/admin", "/", "/late/", "/flag/", "/srv/", "/via/", "/deep/"):
+        assert routes[where] == {"location": where, "return": {"code": 403}}, where
+    assert "the set at " in got.skipped("4") and "runs before it in nginx" in got.skipped("4")
+    assert "the rewrite at " in got.skipped("5")
+    assert "assigns $blocked, which it reads" in got.skipped("6")
+    assert "the if at " in got.skipped("7")  # an if holding a set runs first too
+    assert "assigns $srv, which it reads" in got.skipped("8")  # the server's set
+    assert "assigns $via, which it reads" in got.skipped("10")  # the server's set, in an if
+    assert "assigns $via, which it reads" in got.skipped("11")  # through the map $deep reads
+    assert routes["/ok/"]["rules"] == [{"if": "$blocked", "return": 403}]  # no set reaches it
+    opened = run(tmp_path, capsys, conf, "--allow-open")
+    assert all("upstream" in opened.routes()[w] for w in ("/admin", "/", "/late/", "/flag/", "/srv/"))
+    assert "(--allow-open): requests matching ($blocked) reach the backend" in opened.skipped("4")
+
+
+def test_only_an_error_page_that_hands_the_request_on_refuses_a_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain local page answers nginx's code with another body: the rule stands, noted. A new
+    code, a named location or a redirect changes what the client gets: the route fails closed."""
+    conf = (
+        "http { map $http_user_agent $bad_bot { default 0; ~bot 1; }\n"
+        "  server { listen 8080; error_page 403 /403.html; error_page 404 = @fallback;\n"
+        "    error_page 410 =200 /gone.html; error_page 451 https://example.com/legal;\n"
+        "  location / { if ($bad_bot) { return 403; } " + APP + " }\n"
+        "  location /a/ { if ($bad_bot) { return 404; } " + APP + " }\n"
+        "  location /b/ { if ($bad_bot) { return 410; } " + APP + " }\n"
+        "  location /c/ { if ($bad_bot) { return 451; } " + APP + " }\n"
+        "  location @fallback { " + APP + " }\n"
+        "} }\n"
+    )
+    got = run(tmp_path, capsys, conf)
+    routes = got.routes()
+    assert routes["/"]["rules"] == [{"if": "$bad_bot", "return": 403}]
+    rules = plan(got).routes[0].rules
+    assert first_answer(rules, context(headers={"User-Agent": "evilbot"})).code == 403  # type: ignore[union-attr]
+    assert first_answer(rules, context(headers={"User-Agent": "Mozilla"})) is None  # not 403 to everyone
+    assert "nginx.conf:4: nginx answers its 403 with the page of the error_page at " in got.stderr, got.stderr
+    for where, line, page in (("/a/", "5", "2"), ("/b/", "6", "3"), ("/c/", "7", "3")):
+        assert routes[where] == {"location": where, "return": {"code": 403}}, where
+        assert f"nginx.conf:{page} takes over its" in got.skipped(line), where
