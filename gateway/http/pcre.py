@@ -162,7 +162,9 @@ def _compile(source: str, pattern: AnyStr, icase: bool) -> re.Pattern[AnyStr]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a FutureWarning: Python would read it differently
-            return re.compile(pattern, re.IGNORECASE if icase else 0)
+            # nginx's PCRE runs without UTF mode: \d, \w, \s, \b and case folding are ASCII only
+            flags = (re.IGNORECASE if icase else 0) | (re.ASCII if isinstance(pattern, str) else 0)
+            return re.compile(pattern, flags)
     except (re.error, FutureWarning) as exc:
         raise ValueError(f"invalid regular expression {source!r}: {exc}") from None
 

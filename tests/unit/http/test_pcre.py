@@ -94,3 +94,13 @@ def test_gateway_check_names_file_line_for_a_bad_posix_class():
     assert "conf.yaml:5:" in shown and "unknown POSIX class name [:nope:]" in shown, shown
     assert "conf.yaml:6:" in shown and "negated POSIX class" in shown, shown
     assert "conf.yaml:8:" in shown and "collating elements" in shown, shown
+
+
+def test_perl_classes_and_case_folding_are_ascii_as_in_nginx_pcre() -> None:
+    # nginx compiles without PCRE's UTF mode: an Arabic-Indic digit is no \d, an accented letter no \w,
+    # and case folding stops at ASCII; Python's str patterns would read all three as Unicode
+    assert compile_pcre(r"^/\d+$", icase=False).match("/123")
+    assert not compile_pcre(r"^/\d+$", icase=False).match("/\u0661\u0662")
+    assert not compile_pcre(r"^/\w+$", icase=False).match("/caf\u00e9")
+    assert not compile_pcre("^/\u00e9$", icase=True).match("/\u00c9")
+    assert compile_pcre("^/ADMIN$", icase=True).match("/admin")
