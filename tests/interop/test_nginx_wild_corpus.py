@@ -103,4 +103,4 @@ def test_known_translations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     code, stderr = _import(
         WILD / "wordpress-nginx-pothi/sites-available/nginx-varnish-nginx.conf", tmp_path / "v", capsys
     )
-    assert code == 1 and "an error_page of this server takes over its 418" in stderr
+    assert code == 1 and "nginx-varnish-nginx.conf:18 takes over its 418 (the gateway follows none)" in stderr
