@@ -24,26 +24,16 @@ from gateway.nginxconf.emit import render
 from gateway.nginxconf.parser import parse_config
 from gateway.nginxconf.translate import translate
 from tests.support.gateway import Gateway
-from tests.support.nginx import NginxProcess, find_nginx
+from tests.support.nginx import NginxProcess, find_nginx, single_worker_conf
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
 
 def nginx_conf(d: Path, port: int, upstream: str) -> str:
     app = f"proxy_pass http://{upstream};"
-    return f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    access_log off;
+    return single_worker_conf(
+        d,
+        f"""    access_log off;
     set_real_ip_from 127.0.0.1;
     real_ip_header X-Real-IP;
     limit_req_zone $binary_remote_addr zone=one:1m rate=1r/m;
@@ -75,8 +65,8 @@ http {{
         location / {{ {app} }}
         location /v6/ {{ deny 2001:db8::1; allow ::/0; deny 10.0.0.0/8; {app} }}
     }}
-}}
-"""
+""",
+    )
 
 
 def gateway_yaml(port: int, upstream: str) -> str:

@@ -25,7 +25,7 @@ from tests.support.differential import harness
 from tests.support.differential.scenarios import ALL
 from tests.support.gateway import Gateway
 from tests.support.importing import PROCESS_ONLY, imported_yaml
-from tests.support.nginx import find_nginx
+from tests.support.nginx import find_nginx, single_worker_conf
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -85,19 +85,9 @@ def test_imported_config_decides_like_nginx(name: str, imported: Imported) -> No
 
 
 def _two_servers_conf(d: Path, port: int, upstream: str) -> str:
-    return f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    access_log off;
+    return single_worker_conf(
+        d,
+        f"""    access_log off;
     limit_req_zone $binary_remote_addr zone=strict:1m rate=1r/m;
     limit_req_zone $binary_remote_addr zone=loose:1m rate=1r/m;
     limit_req_status 429;
@@ -122,8 +112,8 @@ http {{
         }}
         location / {{ return 403 "no"; }}
     }}
-}}
-"""
+""",
+    )
 
 
 async def _ask(port: int, host: str, target: str) -> tuple[int, str, str]:
