@@ -42,17 +42,27 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+BATCH = 250  # connections opened between two looks at the accept queue: half the listen backlog (511)
+
+
 def open_sockets(port: int, count: int, sources: list[str], payload: bytes) -> list[socket.socket]:
-    """``count`` connections, round-robin over ``sources``, each having sent ``payload``."""
+    """``count`` connections, round-robin over ``sources``, each having sent ``payload``.
+
+    They are opened as fast as the gateway accepts them: a batch goes only when the accept
+    queue has room for it. A connection the kernel refused for a full queue retries its SYN
+    1 s, 3 s, 7 s later, in bursts that fill the queue again and drop a normal client's SYN
+    (one more second for it). That is the kernel under a SYN flood, paced by the machine's
+    speed, not the gateway holding a flood of open connections, which is what is measured."""
     socks = []
     for i in range(count):
+        if i % BATCH == 0:
+            wait_for_accept_room(port, BATCH)
         sock = socket.socket()
         sock.setblocking(False)
         sock.bind((sources[i % len(sources)], 0))
         sock.connect_ex(("127.0.0.1", port))
         socks.append(sock)
-        if i % 500 == 499:
-            time.sleep(0.02)  # let the gateway accept: the listen backlog is 511
+    wait_for_accept_room(port, 511)
     time.sleep(0.3)
     for sock in socks:
         with contextlib.suppress(OSError):  # reset by the gateway already
@@ -73,6 +83,25 @@ def alive(socks: list[socket.socket]) -> int:
         except OSError:
             pass
     return count
+
+
+def accept_queue(port: int) -> int:
+    """Connections in the kernel's accept queue of ``port``'s listeners, not yet accepted: for a
+    listening socket, /proc/net/tcp's rx_queue field is that count."""
+    local = f"0100007F:{port:04X}"
+    queued = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[1] in (local, f"00000000:{port:04X}"):  # LISTEN
+            queued += int(fields[4].split(":")[1], 16)
+    return queued
+
+
+def wait_for_accept_room(port: int, room: int, limit: float = 10.0) -> None:
+    """Until the accept queue has ``room`` free places of the 511 (or ``limit`` seconds)."""
+    deadline = time.monotonic() + limit
+    while accept_queue(port) > 511 - room and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def timed_request(port: int, source: str = "127.0.0.1") -> float:
@@ -101,6 +130,12 @@ def established_to(port: int) -> int:
         if fields[1] == listening and fields[3] in ("01", "08"):  # ESTABLISHED, CLOSE_WAIT
             count += 1
     return count
+
+
+def listen_overflows() -> int:
+    """The kernel's count of connections dropped for a full accept queue (this network namespace)."""
+    names, values = Path("/proc/net/netstat").read_text().splitlines()[:2]
+    return int(dict(zip(names.split(), values.split(), strict=True))["ListenOverflows"])
 
 
 def close_all(socks: list[socket.socket]) -> None:
@@ -251,9 +286,9 @@ def test_fifteen_thousand_idle_and_slowloris_sockets_do_not_take_the_gateway_dow
     gateway_factory, raw_upstream, spread
 ):
     """The issue's target: 15,000 idle or slowloris sockets from one address, or spread over
-    127.0.0.0/8; a normal client keeps a p99 under 100 ms, and within client_header_timeout
-    the gateway's descriptors are back to their baseline."""
-    header_timeout = 10
+    127.0.0.0/8; a normal client keeps a p99 under 100 ms while they are held, and within
+    client_header_timeout the gateway's descriptors are back to their baseline."""
+    header_timeout = 30  # long enough for a busy machine to open the flood and probe while it is held
     gw = gateway_factory(
         lambda port: basic_config(port, [raw_upstream.address]) + f"client_header_timeout: {header_timeout}s\n"
     )
@@ -266,6 +301,7 @@ def test_fifteen_thousand_idle_and_slowloris_sockets_do_not_take_the_gateway_dow
     else:
         sources = ["127.0.0.5"]
     half = 7_500
+    flood_began = time.monotonic()
     idle = open_sockets(gw.port, half, sources[:half] if spread else sources, b"")
     slow = open_sockets(gw.port, half, sources[half:] if spread else sources, b"GET / HTTP/1.1\r\nX-a: ")
     attack = idle + slow
@@ -276,15 +312,25 @@ def test_fifteen_thousand_idle_and_slowloris_sockets_do_not_take_the_gateway_dow
         while time.monotonic() < settle_until and fd_count(pid) != previous:
             previous = fd_count(pid)
             time.sleep(0.3)
+        held = fd_count(pid) - baseline
         latencies = []
+        overflows = listen_overflows()
         started = time.monotonic()
         while time.monotonic() - started < 2.5:
             latencies.append(timed_request(gw.port, "127.0.0.1"))
             for sock in slow[:200]:
                 with contextlib.suppress(OSError):
                     sock.send(b"b")  # slowloris keeps dripping
+        probed = time.monotonic()
+        still_held = fd_count(pid) - baseline
         p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) >= 100 else max(latencies)
-        print(f"\n{len(latencies)} probe requests under attack: p99 {p99 * 1000:.1f} ms, gateway fds {fd_count(pid)}")
+        print(
+            f"\n{len(latencies)} probe requests under attack: p99 {p99 * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms,"
+            f" attack connections held {held} before, {still_held} after; flood opened in {opened - flood_began:.1f} s,"
+            f" probed until {probed - flood_began:.1f} s; accept queue overflows meanwhile {listen_overflows() - overflows}"
+        )
+        # measured under attack: the flood holds the budget (spread) or its address's share of it
+        assert still_held >= (7_000 if spread else 100), "the flood was no longer held while probing"
         assert p99 < 0.100
         assert fd_count(pid) <= baseline + 10_240 + 50  # never more than worker_connections
         # client_header_timeout runs from accept. Past the budget, the kernel holds the rest of the
