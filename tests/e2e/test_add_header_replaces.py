@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.config import config
-from tests.support.nginx import NginxProcess, find_nginx
+from tests.support.nginx import NginxProcess, find_nginx, single_worker_conf
 from tests.support.ports import free_port
 
 UPSTREAM_HEADERS = {
@@ -22,19 +22,7 @@ UPSTREAM_HEADERS = {
 }
 COMPARED = ("etag", "last-modified", "cache-control", "link", "x-plain")
 
-NGINX_CONF = """daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 64; }}
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    access_log off;
+NGINX_HTTP = """    access_log off;
     server {{
         listen 127.0.0.1:{up};
         location / {{
@@ -69,7 +57,6 @@ http {{
             return 200 "own";
         }}
     }}
-}}
 """
 
 ROUTES = """
@@ -113,7 +100,8 @@ async def test_add_header_replaces_etag_and_last_modified_as_nginx_does(tmp_path
     if binary is None:
         pytest.skip("nginx binary not found")
     up, ref = free_port(), free_port()
-    nginx = NginxProcess(binary, tmp_path, NGINX_CONF.format(d=tmp_path, up=up, ref=ref), ref)
+    conf = single_worker_conf(tmp_path, NGINX_HTTP.format(up=up, ref=ref), 64)
+    nginx = NginxProcess(binary, tmp_path, conf, ref)
     nginx.start()
     try:
         gw = gateway_factory(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.config import config
-from tests.support.nginx import NginxProcess, find_nginx
+from tests.support.nginx import NginxProcess, find_nginx, single_worker_conf
 from tests.support.ports import free_port
 from tests.support.upstreams import Upstream
 
@@ -119,19 +119,7 @@ def test_a_route_return_444_closes_too(gateway_factory):
     assert [e["status"] for e in gw.access_json()] == [444]
 
 
-NGINX_CONF = """daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    log_format st '$status $body_bytes_sent';
+NGINX_HTTP = """    log_format st '$status $body_bytes_sent';
     access_log {d}/access.log st;
     limit_req_zone $binary_remote_addr zone=one:1m rate=1r/m;
     server {{
@@ -153,7 +141,6 @@ http {{
         }}
         location / {{ proxy_pass http://{up}; }}
     }}
-}}
 """
 
 
@@ -162,7 +149,8 @@ async def test_nginx_answers_the_same_table(tmp_path: Path, upstream: Upstream):
     if binary is None:
         pytest.skip("nginx binary not found")
     port = free_port()
-    nginx = NginxProcess(binary, tmp_path, NGINX_CONF.format(d=tmp_path, port=port, up=upstream.address), port)
+    conf = single_worker_conf(tmp_path, NGINX_HTTP.format(d=tmp_path, port=port, up=upstream.address), 256)
+    nginx = NginxProcess(binary, tmp_path, conf, port)
     nginx.start()
     try:
         got = [status_of(await exchange(port, m, t, x)) for m, t, x, _ in CASES]

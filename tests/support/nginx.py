@@ -16,7 +16,7 @@ def find_nginx() -> str | None:
     return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
 
 
-def single_worker_conf(workdir: Path, http: str) -> str:
+def single_worker_conf(workdir: Path, http: str, worker_connections: int = 1024) -> str:
     """An nginx.conf of one process in the foreground, its pid, error log and temp paths in
     ``workdir``, around the ``http`` block's body ``http``."""
     d = workdir
@@ -25,7 +25,7 @@ master_process off;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/error.log info;
-events {{ worker_connections 1024; }}
+events {{ worker_connections {worker_connections}; }}
 http {{
     client_body_temp_path {d}/client_body_temp;
     proxy_temp_path {d}/proxy_temp;

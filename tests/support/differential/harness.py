@@ -58,7 +58,7 @@ from aiohttp import web
 from tests.support.differential.model import Analysis, Possible, analyse, canonical
 from tests.support.differential.scenario import ConnZone, Location, ReqZone, Scenario
 from tests.support.gateway import Gateway
-from tests.support.nginx import NginxProcess
+from tests.support.nginx import NginxProcess, single_worker_conf
 
 
 def _limit_req_nginx(scn: Scenario, loc: Location) -> list[str]:
@@ -100,23 +100,7 @@ def nginx_conf(workdir: Path, port: int, upstream: str, scenarios: list[Scenario
         '{"status":$status,"request_time":$request_time,"limit_req_status":"$limit_req_status",'
         '"limit_conn_status":"$limit_conn_status","request_uri":"$request_uri","msec":$msec}'
     )
-    return f"""daemon off;
-master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-
-events {{
-    worker_connections 4096;
-}}
-
-http {{
-    client_body_temp_path {d}/client_body_temp;
-    proxy_temp_path {d}/proxy_temp;
-    fastcgi_temp_path {d}/fastcgi_temp;
-    uwsgi_temp_path {d}/uwsgi_temp;
-    scgi_temp_path {d}/scgi_temp;
-    log_format differential escape=json '{log_format}';
+    http = f"""    log_format differential escape=json '{log_format}';
     access_log {d}/access.log differential;
     proxy_read_timeout 30s;
 
@@ -129,8 +113,8 @@ http {{
         }}
 {location_text}
     }}
-}}
 """
+    return single_worker_conf(workdir, http, worker_connections=4096)
 
 
 def gateway_yaml(port: int, upstream: str, scenarios: list[Scenario]) -> str:
