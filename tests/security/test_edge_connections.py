@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.runtime.listeners import BACKLOG
 from tests.support.config import basic_config
 from tests.support.upstreams import HeadEchoUpstream
 
@@ -42,7 +43,7 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-BATCH = 250  # connections opened between two looks at the accept queue: half the listen backlog (511)
+BATCH = BACKLOG // 2  # connections opened between two looks at the accept queue
 
 
 def open_sockets(port: int, count: int, sources: list[str], payload: bytes) -> list[socket.socket]:
@@ -62,7 +63,7 @@ def open_sockets(port: int, count: int, sources: list[str], payload: bytes) -> l
         sock.bind((sources[i % len(sources)], 0))
         sock.connect_ex(("127.0.0.1", port))
         socks.append(sock)
-    wait_for_accept_room(port, 511)
+    wait_for_accept_room(port, BACKLOG)
     time.sleep(0.3)
     for sock in socks:
         with contextlib.suppress(OSError):  # reset by the gateway already
@@ -85,22 +86,24 @@ def alive(socks: list[socket.socket]) -> int:
     return count
 
 
+def tcp_table() -> Iterator[list[str]]:
+    """The fields of each IPv4 TCP socket of this network namespace, from /proc/net/tcp:
+    [1] local address:port, [3] state, [4] tx_queue:rx_queue, all in hex."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        yield line.split()
+
+
 def accept_queue(port: int) -> int:
     """Connections in the kernel's accept queue of ``port``'s listeners, not yet accepted: for a
     listening socket, /proc/net/tcp's rx_queue field is that count."""
-    local = f"0100007F:{port:04X}"
-    queued = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] == "0A" and fields[1] in (local, f"00000000:{port:04X}"):  # LISTEN
-            queued += int(fields[4].split(":")[1], 16)
-    return queued
+    listening = (f"0100007F:{port:04X}", f"00000000:{port:04X}")  # 127.0.0.1 or any address
+    return sum(int(f[4].split(":")[1], 16) for f in tcp_table() if f[3] == "0A" and f[1] in listening)  # LISTEN
 
 
 def wait_for_accept_room(port: int, room: int, limit: float = 10.0) -> None:
-    """Until the accept queue has ``room`` free places of the 511 (or ``limit`` seconds)."""
+    """Until the accept queue has ``room`` free places of its ``BACKLOG`` (or ``limit`` seconds)."""
     deadline = time.monotonic() + limit
-    while accept_queue(port) > 511 - room and time.monotonic() < deadline:
+    while accept_queue(port) > BACKLOG - room and time.monotonic() < deadline:
         time.sleep(0.005)
 
 
@@ -123,13 +126,9 @@ def established_to(port: int) -> int:
 
     Read from /proc/net/tcp: the client side of a flood can hold half-open sockets the kernel
     dropped from a full SYN queue, which says nothing about the gateway."""
-    count = 0
     listening = f"0100007F:{port:04X}"  # 127.0.0.1:port; attack sockets never use 127.0.0.1, and one of
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:  # them may get the same port number
-        fields = line.split()
-        if fields[1] == listening and fields[3] in ("01", "08"):  # ESTABLISHED, CLOSE_WAIT
-            count += 1
-    return count
+    # them may get the same port number
+    return sum(1 for f in tcp_table() if f[1] == listening and f[3] in ("01", "08"))  # ESTABLISHED, CLOSE_WAIT
 
 
 def listen_overflows() -> int:
