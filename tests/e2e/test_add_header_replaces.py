@@ -100,7 +100,7 @@ async def test_add_header_replaces_etag_and_last_modified_as_nginx_does(tmp_path
     if binary is None:
         pytest.skip("nginx binary not found")
     up, ref = free_port(), free_port()
-    conf = single_worker_conf(tmp_path, NGINX_HTTP.format(up=up, ref=ref), 64)
+    conf = single_worker_conf(tmp_path, NGINX_HTTP.format(up=up, ref=ref), worker_connections=64)
     nginx = NginxProcess(binary, tmp_path, conf, ref)
     nginx.start()
     try:

@@ -149,7 +149,9 @@ async def test_nginx_answers_the_same_table(tmp_path: Path, upstream: Upstream):
     if binary is None:
         pytest.skip("nginx binary not found")
     port = free_port()
-    conf = single_worker_conf(tmp_path, NGINX_HTTP.format(d=tmp_path, port=port, up=upstream.address), 256)
+    conf = single_worker_conf(
+        tmp_path, NGINX_HTTP.format(d=tmp_path, port=port, up=upstream.address), worker_connections=256
+    )
     nginx = NginxProcess(binary, tmp_path, conf, port)
     nginx.start()
     try:
